@@ -1,0 +1,41 @@
+"""A shared-memory board where each rank posts what it is doing right now.
+
+Workers write to it on every traced call; the parent reads it only when a run misses its
+deadline, to say which rank waits in which op. A rank blocked inside gloo cannot answer a
+message, but its last post stays readable here.
+"""
+from __future__ import annotations
+
+import time
+
+SLOT = 200  # bytes per rank: state, since, description
+RUNNING, COMM, DONE, IDLE = "running", "comm", "done", "idle"
+
+
+class StatusBoard:
+    def __init__(self, ctx, world_size: int):
+        self.world_size = world_size
+        self._mem = ctx.RawArray("c", SLOT * world_size)
+
+    def post(self, rank: int, state: str, what: str = "") -> None:
+        text = f"{state}|{time.perf_counter():.6f}|{what}".encode()[:SLOT]
+        self._mem[rank * SLOT:(rank + 1) * SLOT] = text.ljust(SLOT, b"\0")
+
+    def read(self, rank: int) -> tuple[str, float, str]:
+        raw = bytes(self._mem[rank * SLOT:(rank + 1) * SLOT]).rstrip(b"\0").decode(errors="replace")
+        if not raw:
+            return IDLE, time.perf_counter(), ""
+        state, since, what = raw.split("|", 2)
+        return state, float(since), what
+
+    def describe(self, rank: int) -> str:
+        """One line for a deadlock report, e.g. ``recv(src=1) pending 10.0 s``."""
+        state, since, what = self.read(rank)
+        age = time.perf_counter() - since
+        if state == COMM:
+            return f"{what} pending {age:.1f} s"
+        if state == RUNNING:
+            return f"running Python code for {age:.1f} s (not inside a torch.distributed call)"
+        if state == DONE:
+            return "finished"
+        return "not started"

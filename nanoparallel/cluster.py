@@ -163,7 +163,7 @@ class Cluster:
         if not errors and not stuck:
             values = [cloudpickle.loads(replies[r][1]) for r in range(self._world_size)]
             return RunResult(values, trace, time.perf_counter() - t0)
-        if stuck:
+        if stuck or any(not w.process.is_alive() for w in active):
             waiting = {r: ("finished" if r in replies and r not in errors else
                            "raised an exception" if r in errors else self._board.describe(r))
                        for r in range(self._world_size)}
@@ -325,9 +325,9 @@ def _died_info(w: _Worker, log_path: str) -> dict:
     if os.path.exists(log_path):
         with open(log_path, errors="replace") as f:
             tail = "".join(f.readlines()[-15:])
-    message = f"the process of rank {w.rank} died (exit code {w.process.exitcode})"
+    message = f"rank {w.rank} died (exit code {w.process.exitcode})"
     return {"type": "WorkerDied", "message": message, "frames": [], "pickled": None,
-            "text": message + (f"\nLast lines of the worker log:\n{tail}" if tail else "")}
+            "text": f"Last lines of the worker log:\n{tail}" if tail else ""}
 
 
 def _format_remote(info: dict) -> str:
@@ -349,7 +349,10 @@ def _rank_error(errors: dict[int, dict], waiting: dict[int, str]) -> RankError:
     info = errors[rank]
     text = _format_remote(info)
     others = f" (ranks {', '.join(map(str, errors))} raised; showing rank {rank})" if len(errors) > 1 else ""
-    message = f"rank {rank} raised {info['type']}: {info['message']}{others}\n\n{text}"
+    if info["type"] == "WorkerDied":
+        message = f"{info['message']} while running your function{others}\n\n{info['text']}".rstrip()
+    else:
+        message = f"rank {rank} raised {info['type']}: {info['message']}{others}\n\n{text}"
     stuck = {r: what for r, what in waiting.items() if r not in errors and what != "finished"}
     if stuck:
         message += "\n\nOther ranks were left waiting (the cluster restarted them):\n" + "\n".join(

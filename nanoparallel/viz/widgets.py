@@ -1,0 +1,154 @@
+"""Widgets around the pure pictures: a message-size explorer and a run-and-draw button.
+
+    bandwidth_widget()                                  # drag the size, watch the links
+    trace_widget(lambda n: Cluster(n).run(step).trace)  # pick a world size, press Run
+
+Each returns an `ipywidgets.VBox` whose controls and last figure are attributes (``box.figure``,
+``box.size_slider``, ``box.run_button``, ...), so a test can set ``.value`` or call
+``.click()`` without a browser: callbacks are plain `observe`/`on_click` handlers and run
+synchronously (`interactive` would swallow their exceptions).
+"""
+from __future__ import annotations
+
+import html
+import io
+from collections.abc import Callable, Mapping
+
+import ipywidgets as widgets
+
+from nanoparallel.trace import Trace
+from nanoparallel.viz.bandwidth import plot_link_times
+from nanoparallel.viz.timeline import plot_trace
+from nanoparallel.viz.units import human_bytes
+
+# Message sizes worth comparing, smallest first: latency-bound to bandwidth-bound.
+SIZE_PRESETS = (
+    ("one fp32 value (4 B)", 4),
+    ("one 4096-wide bf16 activation row (8.2 kB)", 4096 * 2),
+    ("1 MiB bucket", 2**20),
+    ("PyTorch DDP's default 25 MiB bucket (26 MB)", 25 * 2**20),
+    ("GPT-2 small gradients in fp32 (124M params, 496 MB)", 124_000_000 * 4),
+    ("7B-parameter gradients in bf16 (14 GB)", 7_000_000_000 * 2),
+    ("7B-parameter Adam state in fp32 (84 GB)", 7_000_000_000 * 12),
+)
+_CUSTOM = "custom size"
+
+
+def _in_kernel() -> bool:
+    """Displaying only makes sense inside IPython; elsewhere `display` would print reprs."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+def _show(out: widgets.Output, fig) -> None:
+    """Replace ``out``'s content by ``fig`` rendered as a PNG.
+
+    A PNG rather than ``display(fig)``: a bare `Figure` has a rich display only once pyplot's
+    inline backend is loaded, which a learner who never imports pyplot does not have.
+    """
+    if not _in_kernel():
+        return
+    from IPython.display import Image, display
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    with out:
+        out.clear_output(wait=True)
+        display(Image(data=buf.getvalue(), format="png"))
+
+
+def _clear(out: widgets.Output) -> None:
+    if _in_kernel():
+        out.clear_output()
+
+
+def _pre(text: str, color: str = "inherit") -> str:
+    return f'<pre style="color:{color}; font-size:12px; line-height:1.3">{html.escape(text)}</pre>'
+
+
+def bandwidth_widget(links: Mapping | None = None) -> widgets.VBox:
+    """A log slider for the message size (1 B to 100 GB), presets, and `plot_link_times`.
+
+    The returned box has ``size_slider``, ``preset``, ``size_label``, ``output`` and
+    ``figure`` (the last figure drawn) as attributes.
+    """
+    slider = widgets.FloatLogSlider(value=2**20, base=10, min=0, max=11, step=0.01,
+                                    description="message", readout=False,
+                                    layout=widgets.Layout(width="420px"))
+    size_label = widgets.Label()
+    preset = widgets.Dropdown(options=[(_CUSTOM, None)] + [(name, n) for name, n in SIZE_PRESETS],
+                              value=None, description="preset", layout=widgets.Layout(width="420px"))
+    out = widgets.Output()
+    box = widgets.VBox([widgets.HBox([slider, size_label]), preset, out])
+    box.size_slider, box.preset, box.size_label, box.output, box.figure = slider, preset, size_label, out, None
+    syncing = [False]  # a preset moves the slider; the slider must not then reset the preset
+
+    def redraw(change=None):
+        nbytes = slider.value
+        size_label.value = human_bytes(nbytes)
+        box.figure = plot_link_times(nbytes, links)
+        _show(out, box.figure)
+        if not syncing[0] and preset.value is not None and preset.value != nbytes:
+            preset.value = None  # the learner dragged away from the preset
+
+    def use_preset(change):
+        if change["new"] is None:
+            return
+        syncing[0] = True
+        try:
+            if slider.value == change["new"]:
+                redraw()
+            else:
+                slider.value = change["new"]  # observe(redraw) draws
+        finally:
+            syncing[0] = False
+
+    slider.observe(redraw, names="value")
+    preset.observe(use_preset, names="value")
+    redraw()
+    return box
+
+
+def trace_widget(run_fn: Callable[[int], Trace], world_sizes=(2, 3, 4)) -> widgets.VBox:
+    """Pick a world size, press Run: ``run_fn(world_size)`` runs and its trace is drawn.
+
+    ``run_fn`` returns a `Trace` (or a `RunResult`, whose ``.trace`` is used). Its errors are
+    shown in the widget, never raised. Attributes: ``world_size`` (the toggle), ``run_button``,
+    ``output``, ``summary`` (an HTML widget with `Trace.summary` or the error), ``figure`` (the
+    last figure, None after an error) and ``error`` (the last error message, or None).
+    """
+    sizes = list(world_sizes)
+    if not sizes:
+        raise ValueError("trace_widget needs at least one world size.")
+    world_size = widgets.ToggleButtons(options=[(f"{n} ranks", n) for n in sizes], value=sizes[0],
+                                       description="world size")
+    run_button = widgets.Button(description="Run", icon="play", button_style="primary")
+    out = widgets.Output()
+    summary = widgets.HTML()
+    box = widgets.VBox([widgets.HBox([world_size, run_button]), out, summary])
+    box.world_size, box.run_button, box.output, box.summary = world_size, run_button, out, summary
+    box.figure, box.error = None, None
+
+    def run(_button=None):
+        n = world_size.value
+        run_button.disabled, run_button.description = True, "Running…"
+        try:
+            result = run_fn(n)
+            trace = result if isinstance(result, Trace) else getattr(result, "trace", result)
+            if not isinstance(trace, Trace):
+                raise TypeError(f"run_fn should return a Trace (or a RunResult), got {type(result).__name__}.")
+            box.figure = plot_trace(trace, title=f"{n} ranks")
+            box.error = None
+            _show(out, box.figure)
+            summary.value = _pre(trace.summary())
+        except Exception as exc:  # the learner's code failed: say so in place, keep the kernel calm
+            box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
+            _clear(out)
+            summary.value = _pre(f"run_fn({n}) failed\n{box.error}", color="#c0392b")
+        finally:
+            run_button.disabled, run_button.description = False, "Run"
+
+    run_button.on_click(run)
+    return box

@@ -1,0 +1,188 @@
+"""The runtime: results in rank order, failures explained, recovery, bad input."""
+import os
+import pickle
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from nanoparallel import Cluster, ClusterError, DeadlockError, RankError
+
+
+def rank_and_size():
+    return dist.get_rank(), dist.get_world_size()
+
+
+def summed(x):
+    t = torch.tensor([float(dist.get_rank()) + x])
+    dist.all_reduce(t)
+    return t.item()
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_results_come_back_in_rank_order(cluster, world_size):
+    cluster.resize(world_size)
+    assert cluster.run(rank_and_size) == [(r, world_size) for r in range(world_size)]
+    expected = sum(range(world_size)) + world_size * 0.5
+    assert cluster.run(summed, 0.5) == [expected] * world_size
+
+
+def test_kwargs_and_closures_travel_by_value(cluster4):
+    offset = torch.arange(3.0)  # captured by the lambda, sent by value
+    out = cluster4.run(lambda scale=1.0: offset * scale + dist.get_rank(), scale=2.0)
+    assert [t.tolist() for t in out] == [[r, r + 2.0, r + 4.0] for r in range(4)]
+
+
+def test_printed_output_is_shown_by_rank_on_stdout(cluster4, capfd):
+    cluster4.run(lambda: print(f"hello from {dist.get_rank()}"))
+    out, err = capfd.readouterr()
+    assert out.splitlines() == [f"[rank {r}] hello from {r}" for r in range(4)]
+    assert err == ""
+
+
+def test_exception_names_rank_and_cluster_recovers(cluster4):
+    def fails_on_two():
+        if dist.get_rank() == 2:
+            raise ValueError("bad shard")
+        return dist.get_rank()
+
+    with pytest.raises(RankError) as info:
+        cluster4.run(fails_on_two)
+    err = info.value
+    assert err.rank == 2 and err.failed_ranks == [2]
+    assert isinstance(err.exception, ValueError)
+    assert "rank 2 raised ValueError: bad shard" in str(err)
+    assert "fails_on_two" in str(err)  # the traceback points at the learner's function
+    assert cluster4.run(summed, 0.0) == [6.0] * 4
+
+
+def test_exception_while_others_wait_restarts_them(cluster4):
+    def two_fails_others_wait():
+        if dist.get_rank() == 2:
+            raise RuntimeError("gave up")
+        dist.barrier()
+
+    with pytest.raises(RankError) as info:
+        cluster4.run(two_fails_others_wait)
+    assert "rank 0: barrier(4 ranks) pending" in str(info.value)
+    assert cluster4.run(summed, 1.0) == [10.0] * 4
+
+
+def test_every_rank_raising_reports_all(cluster4):
+    def stub():
+        raise NotImplementedError()
+
+    with pytest.raises(RankError) as info:
+        cluster4.run(stub)
+    assert info.value.failed_ranks == [0, 1, 2, 3]
+    assert cluster4.run(rank_and_size)[3] == (3, 4)
+
+
+def test_mismatched_recv_is_a_deadlock_naming_the_op(cluster4):
+    def lonely_recv():
+        if dist.get_rank() == 0:
+            dist.recv(torch.zeros(1), src=1)
+
+    with pytest.raises(DeadlockError) as info:
+        cluster4.run(lonely_recv)
+    assert info.value.waiting[0].startswith("recv(src=1) pending")
+    assert info.value.waiting[1] == "finished"
+    assert "rank 0: recv(src=1) pending 5.0 s" in str(info.value)
+    assert cluster4.run(summed, 0.0) == [6.0] * 4
+
+
+def test_skipped_collective_is_a_deadlock(cluster4):
+    def three_skips():
+        if dist.get_rank() != 3:
+            dist.all_reduce(torch.ones(4))
+
+    with pytest.raises(DeadlockError) as info:
+        cluster4.run(three_skips)
+    waiting = info.value.waiting
+    assert all(waiting[r].startswith("all_reduce(4 ranks) pending") for r in range(3))
+    assert waiting[3] == "finished"
+    assert cluster4.run(summed, 0.0) == [6.0] * 4
+
+
+def test_async_wait_is_named_in_a_deadlock(cluster4):
+    def unmatched_irecv():
+        if dist.get_rank() == 1:
+            dist.irecv(torch.zeros(2), src=3).wait()
+
+    with pytest.raises(DeadlockError) as info:
+        cluster4.run(unmatched_irecv)
+    assert info.value.waiting[1].startswith("wait on irecv(src=3) pending")
+
+
+def test_a_dying_rank_is_reported_and_replaced(cluster4):
+    def exit_on_one():
+        if dist.get_rank() == 1:
+            os._exit(3)
+        return "ok"
+
+    old = cluster4.pids
+    with pytest.raises(RankError) as info:
+        cluster4.run(exit_on_one)
+    assert "rank 1 died (exit code 3)" in str(info.value)
+    assert cluster4.run(lambda: "ok") == ["ok"] * 4
+    assert not set(old) & set(cluster4.pids)
+
+
+def test_unpicklable_function_fails_before_reaching_the_ranks(cluster4):
+    lock = threading.Lock()
+    with pytest.raises(ClusterError, match="Functions travel by value"):
+        cluster4.run(lambda: lock.locked())
+    assert cluster4.run(rank_and_size)[0] == (0, 4)
+
+
+def test_unpicklable_return_value_is_a_clear_rank_error(cluster4):
+    with pytest.raises(RankError, match="returned a value that cannot be sent back"):
+        cluster4.run(lambda: (i for i in range(3)))
+    assert cluster4.run(summed, 0.0) == [6.0] * 4
+
+
+def test_not_a_function(cluster4):
+    with pytest.raises(TypeError, match="needs a function"):
+        cluster4.run(42)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 33, 2.0, "4", True])
+def test_bad_world_sizes_are_refused(bad):
+    with pytest.raises(ClusterError, match="world_size"):
+        Cluster(world_size=bad)
+
+
+def test_bad_resize_leaves_the_cluster_working(cluster4):
+    with pytest.raises(ClusterError, match="between 1 and 32"):
+        cluster4.resize(0)
+    assert cluster4.world_size == 4
+    assert cluster4.run(summed, 0.0) == [6.0] * 4
+
+
+def test_nccl_without_gpus_is_refused():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has GPUs; the refusal is for CPU-only machines")
+    with pytest.raises(ClusterError, match="one GPU per rank"):
+        Cluster(world_size=2, backend="nccl")
+
+
+def test_cluster_cannot_be_sent_to_its_ranks(cluster4):
+    with pytest.raises(TypeError, match="cannot be sent to its ranks"):
+        pickle.dumps(cluster4)
+
+
+def test_growing_past_the_spawned_ranks_spawns_more():
+    with Cluster(world_size=1) as c:
+        assert c.run(rank_and_size) == [(0, 1)]
+        c.resize(3)
+        assert c.run(rank_and_size) == [(0, 3), (1, 3), (2, 3)]
+        assert len(c.pids) == 3
+
+
+def test_run_after_close_is_refused():
+    c = Cluster(world_size=2)
+    c.close()
+    c.close()  # idempotent
+    with pytest.raises(ClusterError, match="closed"):
+        c.run(rank_and_size)

@@ -19,22 +19,25 @@ Notation, as in the course:
 
 The time to add up the reductions' inputs is ignored (communication only).
 
-    algorithm         broadcast / reduce      scatter / gather        all_gather / reduce_scatter   all_reduce
-    naive             (P-1)(a + N/b)          (P-1)(a + N/(P b))      gather + broadcast (*)        reduce + broadcast
-    tree (binomial)   ceil(lg P)(a + N/b)     ceil(lg P) a            gather + broadcast (*)        reduce + broadcast
-                                               + (P-1)/P N/b
-    ring              scatter + all_gather    as naive                (P-1)(a + N/(P b))            2(P-1)(a + N/(P b))
-                      (**)
-    halving_doubling  tree scatter            as tree                 lg P a + (P-1)/P N/b          2 lg P a + 2(P-1)/P N/b
-                      + all_gather (**)
+    algorithm          broadcast, reduce       scatter, gather      all_gather, reduce_scatter
+    naive              (P-1)(a + N/b)          (P-1)(a + N/(P b))   gather + broadcast (1)
+    tree (binomial)    ceil(lg P)(a + N/b)     ceil(lg P) a         gather + broadcast (1)
+                                                + (P-1)/P N/b
+    ring               linear scatter          as naive             (P-1)(a + N/(P b))
+                        + all_gather (2)
+    halving_doubling   tree scatter            as tree              lg P a + (P-1)/P N/b
+                        + all_gather (2)
 
-    (*)  reduce_scatter = reduce + scatter.   (**) reduce = reduce_scatter + gather.
+    all_reduce: naive and tree reduce + broadcast; ring 2(P-1)(a + N/(P b));
+    halving_doubling 2 lg P a + 2(P-1)/P N/b.
+    (1) reduce_scatter = reduce + scatter.   (2) reduce = reduce_scatter + gather.
 
 halving_doubling is recursive halving / doubling (Rabenseifner). For P not a power of two,
 the ranks beyond the largest power of two p' first fold their data into a partner and get
 the result back at the end: the halving / doubling part runs on p' ranks (lg p' rounds) and
 costs one extra (a + N/b), two for all_reduce. P = 1 costs nothing.
 
+    import numpy as np
     from nanoparallel.cost import LINKS, collective_time
     collective_time("all_reduce", 4e6, 8, LINKS["nvlink"])            # seconds
     collective_time("all_reduce", np.logspace(0, 9), 8, LINKS["nvlink"], "tree")   # a curve

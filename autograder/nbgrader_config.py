@@ -1,0 +1,25 @@
+"""nbgrader configuration for the course (instructors: run nbgrader from this folder, or use make).
+
+Source notebooks live in ../solutions and the generated student notebooks in ../course; both
+are committed. Submissions, autograded copies, feedback and the gradebook stay here, ignored by git.
+"""
+import os
+
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+here = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = "nanoparallel"
+c.CourseDirectory.root = here
+c.CourseDirectory.source_directory = "../solutions"
+c.CourseDirectory.release_directory = "../course"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(here, "gradebook.db")
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+# A deadlocking submission is stopped by the cluster (10 s deadline) well before this.
+c.ExecutePreprocessor.timeout = 60
+# Backstop only: the engine keeps its workers off stderr, and any stderr scores a cell 0.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r".*(FutureWarning|DeprecationWarning).*"

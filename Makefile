@@ -9,6 +9,8 @@ BIN        := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 STAMP      := $(VENV)/.installed
 NB         ?=
+# Jupyter refuses to run as root without this (containers, CI images); users are rarely root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 ASSIGNMENTS = $(notdir $(wildcard solutions/[0-9]*))
 
 .PHONY: setup lab test validate release autograde feedback grades bench clean
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 lab: setup
-	$(BIN)/jupyter lab --ServerApp.root_dir=course --ServerApp.ip=127.0.0.1 $(LAB_ARGS)
+	$(BIN)/jupyter lab --ServerApp.root_dir=course --ServerApp.ip=127.0.0.1 $(ALLOW_ROOT) $(LAB_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

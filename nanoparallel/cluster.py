@@ -19,7 +19,6 @@ rank waits for. Either way the cluster is usable again for the next call.
 """
 from __future__ import annotations
 
-import linecache
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -34,7 +33,7 @@ from contextlib import contextmanager
 import cloudpickle
 
 from nanoparallel.board import StatusBoard
-from nanoparallel.errors import ClusterError, DeadlockError, RankError
+from nanoparallel.errors import ClusterError, DeadlockError, deadlock_message, rank_error
 from nanoparallel.trace import Trace
 from nanoparallel.worker import worker_main
 
@@ -61,7 +60,13 @@ class _Worker:
 
 
 class Cluster:
-    """Persistent ranks on this machine. See the module docstring."""
+    """Persistent ranks on this machine. See the module docstring.
+
+    world_size     ranks to run on (1 to 32); `resize` changes it later
+    backend        "gloo" (CPU, the default) or "nccl" (one GPU per rank)
+    timeout        seconds a run may take before it raises `DeadlockError`; settable later
+    start_timeout  seconds to wait for new workers to import torch and join the group
+    """
 
     def __init__(self, world_size: int = 4, *, backend: str = "gloo",
                  timeout: float = DEFAULT_TIMEOUT, start_timeout: float = 180.0):
@@ -172,8 +177,8 @@ class Cluster:
             waiting = {}
             self._group_ready = False  # unmatched messages may linger: start a fresh group
         if errors:
-            raise _rank_error(errors, waiting) from None
-        raise DeadlockError(_deadlock_message(waiting, self.timeout), waiting) from None
+            raise rank_error(errors, waiting) from None
+        raise DeadlockError(deadlock_message(waiting, self.timeout), waiting) from None
 
     def _collect(self, active, t0):
         """Wait for every active rank's reply; return (replies, ranks still running)."""
@@ -328,54 +333,6 @@ def _died_info(w: _Worker, log_path: str) -> dict:
     message = f"rank {w.rank} died (exit code {w.process.exitcode})"
     return {"type": "WorkerDied", "message": message, "frames": [], "pickled": None,
             "text": f"Last lines of the worker log:\n{tail}" if tail else ""}
-
-
-def _format_remote(info: dict) -> str:
-    """The rank's traceback, with source lines looked up here (where notebook cells live)."""
-    if not info["frames"]:
-        return info["text"]
-    lines = ["Traceback (most recent call last):"]
-    for filename, lineno, name, line in info["frames"]:
-        lines.append(f'  File "{filename}", line {lineno}, in {name}')
-        source = line or linecache.getline(filename, lineno).strip()
-        if source:
-            lines.append(f"    {source}")
-    lines.append(f"{info['type']}: {info['message']}")
-    return "\n".join(lines)
-
-
-def _rank_error(errors: dict[int, dict], waiting: dict[int, str]) -> RankError:
-    rank = min(errors)
-    info = errors[rank]
-    text = _format_remote(info)
-    others = f" (ranks {', '.join(map(str, errors))} raised; showing rank {rank})" if len(errors) > 1 else ""
-    if info["type"] == "WorkerDied":
-        message = f"{info['message']} while running your function{others}\n\n{info['text']}".rstrip()
-    else:
-        message = f"rank {rank} raised {info['type']}: {info['message']}{others}\n\n{text}"
-    stuck = {r: what for r, what in waiting.items() if r not in errors and what != "finished"}
-    if stuck:
-        message += "\n\nOther ranks were left waiting (the cluster restarted them):\n" + "\n".join(
-            f"  rank {r}: {what}" for r, what in sorted(stuck.items()))
-    exception = None
-    if info["pickled"] is not None:
-        try:
-            exception = cloudpickle.loads(info["pickled"])
-        except Exception:
-            pass
-    return RankError(message, rank, sorted(errors), text, exception)
-
-
-def _deadlock_message(waiting: dict[int, str], timeout: float) -> str:
-    lines = [f"The ranks did not all finish within {timeout:g} s. At the deadline:"]
-    lines += [f"  rank {r}: {what}" for r, what in sorted(waiting.items())]
-    blocked = any("pending" in what for what in waiting.values())
-    if blocked:
-        lines.append("A rank blocked in a call waits for a peer that never answers: every send needs a "
-                     "matching recv on the peer, and every rank must call each collective, in the same order.")
-    lines.append("The cluster restarted its ranks and is ready for the next run. If the work is "
-                 "just slow, raise the deadline: cluster.timeout = 60")
-    return "\n".join(lines)
 
 
 def _print_outputs(replies: dict[int, tuple]) -> None:

@@ -1,5 +1,10 @@
-"""The errors a `Cluster` raises. Each message says what happened and what to do next."""
+"""The errors a `Cluster` raises, and the reports in them: what happened, on which rank, and
+what to do next."""
 from __future__ import annotations
+
+import linecache
+
+import cloudpickle
 
 
 class ClusterError(RuntimeError):
@@ -33,3 +38,53 @@ class DeadlockError(TimeoutError):
     def __init__(self, message: str, waiting: dict[int, str]):
         super().__init__(message)
         self.waiting = waiting
+
+
+# -- reports built from what the ranks sent back ----------------------------------------
+
+def format_remote(info: dict) -> str:
+    """The rank's traceback, with source lines looked up here (where notebook cells live)."""
+    if not info["frames"]:
+        return info["text"]
+    lines = ["Traceback (most recent call last):"]
+    for filename, lineno, name, line in info["frames"]:
+        lines.append(f'  File "{filename}", line {lineno}, in {name}')
+        source = line or linecache.getline(filename, lineno).strip()
+        if source:
+            lines.append(f"    {source}")
+    lines.append(f"{info['type']}: {info['message']}")
+    return "\n".join(lines)
+
+
+def rank_error(errors: dict[int, dict], waiting: dict[int, str]) -> RankError:
+    rank = min(errors)
+    info = errors[rank]
+    text = format_remote(info)
+    others = f" (ranks {', '.join(map(str, errors))} raised; showing rank {rank})" if len(errors) > 1 else ""
+    if info["type"] == "WorkerDied":
+        message = f"{info['message']} while running your function{others}\n\n{info['text']}".rstrip()
+    else:
+        message = f"rank {rank} raised {info['type']}: {info['message']}{others}\n\n{text}"
+    stuck = {r: what for r, what in waiting.items() if r not in errors and what != "finished"}
+    if stuck:
+        message += "\n\nOther ranks were left waiting (the cluster restarted them):\n" + "\n".join(
+            f"  rank {r}: {what}" for r, what in sorted(stuck.items()))
+    exception = None
+    if info["pickled"] is not None:
+        try:
+            exception = cloudpickle.loads(info["pickled"])
+        except Exception:
+            pass
+    return RankError(message, rank, sorted(errors), text, exception)
+
+
+def deadlock_message(waiting: dict[int, str], timeout: float) -> str:
+    lines = [f"The ranks did not all finish within {timeout:g} s. At the deadline:"]
+    lines += [f"  rank {r}: {what}" for r, what in sorted(waiting.items())]
+    blocked = any("pending" in what for what in waiting.values())
+    if blocked:
+        lines.append("A rank blocked in a call waits for a peer that never answers: every send needs a "
+                     "matching recv on the peer, and every rank must call each collective, in the same order.")
+    lines.append("The cluster restarted its ranks and is ready for the next run. If the work is "
+                 "just slow, raise the deadline: cluster.timeout = 60")
+    return "\n".join(lines)

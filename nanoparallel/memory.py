@@ -39,6 +39,8 @@ def _held_bytes(tensors: Iterable[torch.Tensor]) -> int:
     for t in tensors:
         if t is None or t.device.type == "meta":     # meta tensors have a shape but no memory
             continue
+        if hasattr(t, "to_local"):                    # a DTensor (FSDP2): this rank's shard
+            t = t.to_local()
         storage = t.untyped_storage()
         key = (t.device, storage.data_ptr())         # tied or aliased tensors share a storage
         if storage.nbytes() == 0 or key in seen:
@@ -102,6 +104,9 @@ class PeakMemory:
     ``profile_memory=True``: every allocation and free, including temporaries inside an op,
     the autograd graph's saved tensors, and ``untyped_storage().resize_(0)``. Freeing a tensor
     that was allocated before the block does not lower the count below what the block added.
+
+    ``retained`` is noisy inside a cluster rank: gloo frees some of its buffers on its own
+    threads, so it can differ by tens of kB between identical steps; ``peak`` is stable.
 
     Limits: CPU memory only; allocations on the calling thread (and the autograd engine's work
     for it) only; it cannot run inside another torch profiler (it raises). The profiler records

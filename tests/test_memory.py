@@ -178,3 +178,25 @@ def test_peak_memory_prints_nothing():
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert done.stdout == ""
+
+
+def test_dtensor_parameters_count_their_local_shard():
+    """FSDP2 parameters are DTensors; a rank holds only its local shard."""
+    import os
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Shard, init_device_mesh
+
+    from nanoparallel.memory import parameter_bytes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        try:
+            mesh = init_device_mesh("cpu", (1,))
+            model = torch.nn.Linear(4, 3)
+            model.weight = torch.nn.Parameter(DTensor.from_local(model.weight.detach(), mesh, [Shard(0)]))
+            assert parameter_bytes(model) == (4 * 3 + 3) * 4
+        finally:
+            dist.destroy_process_group()

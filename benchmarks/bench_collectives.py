@@ -1,0 +1,103 @@
+"""Notebook 01's reference ring all-reduce against gloo's built-in `all_reduce`, in one run.
+
+    python benchmarks/bench_collectives.py        (or: make bench)
+
+The ring is the solution's own code, read from solutions/01_collectives (ring_reduce_scatter,
+ring_all_gather, ring_all_reduce: Python loops over isend/recv), so the benchmark follows the
+notebook. Both run on the same 4-rank cluster, interleaved, for float32 messages of 1 KiB to
+64 MiB; each figure is the median over repetitions of the slowest rank's time (a collective is
+done when every rank is). Bus bandwidth, as NCCL's tests define it for all-reduce:
+busbw = 2(P-1)/P · bytes / time, the rate each rank's link would need.
+
+Target (issue 01): the ring within 1.5x of the built-in from 16 MiB up, where bandwidth, not
+Python's per-call overhead, decides. Shared machines are noisy: treat single runs as provisional.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from nanoparallel import Cluster
+from nanoparallel.viz.units import human_rate
+
+WORLD = 4
+SOLUTION = Path(__file__).resolve().parent.parent / "solutions" / "01_collectives" / "01_collectives.ipynb"
+CELLS = ("ring_reduce_scatter", "ring_all_gather", "ring_all_reduce")
+SIZES = [1 << k for k in range(10, 27, 2)]  # bytes: 1 KiB, 4 KiB, ..., 64 MiB
+TARGET_RATIO, TARGET_FROM = 1.5, 16 << 20
+
+
+def load_ring_all_reduce(path: Path = SOLUTION):
+    """The solution notebook's ring_all_reduce (and the two functions it calls)."""
+    cells = json.loads(path.read_text())["cells"]
+    namespace = {"__name__": "solution_01_collectives", "torch": torch, "dist": dist}
+    found = set()
+    for cell in cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in CELLS:
+            source = "".join(cell["source"])
+            exec(compile(source, f"{path.name}:{grade_id}", "exec"), namespace)
+            found.add(grade_id)
+    missing = set(CELLS) - found
+    if missing:
+        raise RuntimeError(f"{path} has no solution cell(s) {sorted(missing)}")
+    return namespace["ring_all_reduce"]
+
+
+def time_both(ring_all_reduce, nbytes: int, repeats: int, warmup: int = 2):
+    """Runs on every rank: per-repetition seconds of the ring and of gloo, alternating their order."""
+    x = torch.ones(nbytes // 4)
+    contenders = {"ring": ring_all_reduce, "gloo": dist.all_reduce}
+    times = {name: [] for name in contenders}
+    for i in range(warmup + repeats):
+        for name in (("ring", "gloo") if i % 2 else ("gloo", "ring")):
+            x.fill_(1.0)  # keep the sums finite, however many repetitions
+            dist.barrier()
+            start = time.perf_counter()
+            contenders[name](x)
+            elapsed = time.perf_counter() - start
+            if i >= warmup:
+                times[name].append(elapsed)
+    return times
+
+
+def repeats_for(nbytes: int) -> int:
+    return 40 if nbytes <= 1 << 20 else 15 if nbytes <= 16 << 20 else 7
+
+
+def busbw(nbytes: int, seconds: float) -> float:
+    return 2 * (WORLD - 1) / WORLD * nbytes / seconds
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def main() -> None:
+    ring_all_reduce = load_ring_all_reduce()
+    print(f"ring all-reduce (solutions/01_collectives) vs gloo all_reduce: {WORLD} ranks, float32, "
+          f"{os.cpu_count()} CPU cores, torch {torch.__version__}")
+    print("median over repetitions of the slowest rank; busbw = 2(P-1)/P * bytes / time")
+    print(f"{'message':>8}  {'ring':>10}  {'gloo':>10}  {'ring/gloo':>9}  {'busbw ring':>11}  {'busbw gloo':>11}")
+    verdicts = []
+    with Cluster(world_size=WORLD, timeout=600) as cluster:
+        for nbytes in SIZES:
+            per_rank = cluster.run(time_both, ring_all_reduce, nbytes, repeats_for(nbytes))
+            ring, gloo = (statistics.median(max(run) for run in zip(*(r[name] for r in per_rank)))
+                          for name in ("ring", "gloo"))
+            ratio = ring / gloo
+            print(f"{fmt_bytes(nbytes):>8}  {ring * 1e3:8.3f} ms  {gloo * 1e3:8.3f} ms  {ratio:8.2f}x  "
+                  f"{human_rate(busbw(nbytes, ring)):>11}  {human_rate(busbw(nbytes, gloo)):>11}")
+            if nbytes >= TARGET_FROM:
+                verdicts.append(f"{fmt_bytes(nbytes)} {ratio:.2f}x {'ok' if ratio <= TARGET_RATIO else 'MISSED'}")
+    print(f"target: ring within {TARGET_RATIO}x of gloo from {fmt_bytes(TARGET_FROM)} up: " + ", ".join(verdicts))
+
+
+if __name__ == "__main__":
+    main()

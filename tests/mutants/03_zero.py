@@ -1,0 +1,241 @@
+"""Plausible wrong answers for 03_zero. Each mutant replaces whole solution cells (keyed by
+grade_id); the graded cell ``<grade_id>_tests`` of every replaced cell must then lose points."""
+
+MUTANTS = {
+    # Each answer computes the right numbers somewhere, but is not ZeRO.
+    "full_update_keep_grads_never_free_no_prefetch": {
+        "memory_formula": '''
+def zero_memory_bytes(psi, k, n_d, stage, param_bytes=2, grad_bytes=2):
+    params, grads, optimizer = param_bytes * psi, grad_bytes * psi, k * psi
+    if stage == 0:
+        return params + grads + optimizer
+    if stage in (1, 2):                       # forgot that stage 2 shards the gradients too
+        return params + grads + optimizer / n_d
+    if stage == 3:
+        return (params + grads + optimizer) / n_d
+    raise ValueError(stage)
+''',
+        "zero1": '''
+class Zero1Adam:
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.adam = torch.optim.Adam(self.params, lr=lr)   # full Adam state on every rank
+
+    def step(self):
+        for p in self.params:                               # every rank updates everything
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+        self.adam.step()
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+''',
+        "zero2": '''
+class Zero2Adam:
+    def __init__(self, model, lr=1e-2):
+        self.layers = list(model.layers)
+        self.shards = [nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in self.layers]
+        self.adam = torch.optim.Adam(self.shards, lr=lr)
+        for layer, shard in zip(self.layers, self.shards):
+            for p in layer.parameters():
+                p.register_post_accumulate_grad_hook(functools.partial(self._on_grad, layer, shard))
+
+    def _on_grad(self, layer, shard, param):
+        params = list(layer.parameters())
+        if any(p.grad is None for p in params):
+            return
+        grad = reduce_scatter_mean(flatten(p.grad for p in params))
+        shard.grad = grad if shard.grad is None else shard.grad + grad
+        # forgot to free the full gradients
+
+    def step(self):
+        self.adam.step()
+        for layer, shard in zip(self.layers, self.shards):
+            load_flat(list(layer.parameters()), gather_shards(shard))
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+        for layer in self.layers:
+            layer.zero_grad(set_to_none=True)
+''',
+        "zero3": '''
+class ShardedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, shard, full, shapes, index):
+        w, b = unflatten(full, shapes)
+        ctx.save_for_backward(x, shard)
+        ctx.shapes = shapes
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, shard = ctx.saved_tensors
+        w, _ = unflatten(gather_shards(shard), ctx.shapes)
+        grad_flat = flatten([grad_y.T @ x, grad_y.sum(0)])
+        return grad_y @ w, reduce_scatter_mean(grad_flat), None, None, None
+
+
+class Zero3MLP(nn.Module):
+    def __init__(self, mlp):
+        super().__init__()
+        self.shapes = [[p.shape for p in layer.parameters()] for layer in mlp.layers]
+        self.shards = nn.ParameterList(nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in mlp.layers)
+
+    def forward(self, x):
+        last = len(self.shards) - 1
+        self.gathered = []                     # every gathered layer kept: never freed
+        for i, shard in enumerate(self.shards):
+            self.gathered.append(gather_shards(shard))
+            x = ShardedLinear.apply(x, shard, self.gathered[i], self.shapes[i], i)
+            if i < last:
+                x = F.gelu(x)
+        return x
+''',
+        "prefetch": '''
+class Zero3PrefetchMLP(Zero3MLP):
+    def forward(self, x):
+        last = len(self.shards) - 1
+        for i, shard in enumerate(self.shards):
+            full = gather_shards(shard)        # gathered when needed: no prefetch
+            with region(f"forward layer {i}"):
+                x = ShardedLinear.apply(x, shard, full, self.shapes[i], i)
+                if i < last:
+                    x = F.gelu(x)
+            free(full, f"layer {i}")
+        return x
+''',
+    },
+    # Right ideas, wrong details: offsets, traffic, timing, lifetimes.
+    "wrong_offset_three_psi_grads_in_step_free_late_gather_all": {
+        "memory_formula": '''
+def zero_memory_bytes(psi, k, n_d, stage, param_bytes=2, grad_bytes=2):
+    params, grads, optimizer = param_bytes * psi, grad_bytes * psi, k * psi
+    if stage == 0:
+        return params + grads + optimizer
+    if stage == 1:
+        return params + grads + optimizer / n_d
+    if stage in (2, 3):                       # forgot that stage 3 shards the parameters
+        return params + (grads + optimizer) / n_d
+    raise ValueError(stage)
+''',
+        "shards": '''
+def shard_of(flat):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    s = math.ceil(flat.numel() / world)
+    padded = F.pad(flat, (0, s * world - flat.numel()))
+    start = rank * (flat.numel() // world)   # offset from the unpadded size
+    return padded[start:start + s].clone()
+
+
+def gather_shards(shard):
+    full = shard.new_empty(dist.get_world_size() * shard.numel())
+    dist.all_gather_single(full, shard.detach())
+    return full
+
+
+def reduce_scatter_mean(flat):
+    world = dist.get_world_size()
+    s = math.ceil(flat.numel() / world)
+    padded = F.pad(flat.detach(), (0, s * world - flat.numel()))
+    shard = flat.new_empty(s)
+    dist.reduce_scatter_single(shard, padded)
+    return shard / world
+''',
+        "zero1": '''
+class Zero1Adam:
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.shard = nn.Parameter(shard_of(flatten(self.params)))
+        self.adam = torch.optim.Adam([self.shard], lr=lr)
+
+    def step(self):
+        grad = flatten(p.grad for p in self.params)
+        dist.all_reduce(grad)                 # all-reduce + all-gather: 3Ψ, not 2Ψ
+        self.shard.grad = shard_of(grad) / dist.get_world_size()
+        self.adam.step()
+        load_flat(self.params, gather_shards(self.shard))
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+''',
+        "zero2": '''
+class Zero2Adam:
+    def __init__(self, model, lr=1e-2):
+        self.layers = list(model.layers)
+        self.shards = [nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in self.layers]
+        self.adam = torch.optim.Adam(self.shards, lr=lr)
+
+    def step(self):
+        for layer, shard in zip(self.layers, self.shards):   # reduce-scatter at the step: that is ZeRO-1
+            params = list(layer.parameters())
+            shard.grad = reduce_scatter_mean(flatten(p.grad for p in params))
+            for p in params:
+                p.grad = None
+        self.adam.step()
+        for layer, shard in zip(self.layers, self.shards):
+            load_flat(list(layer.parameters()), gather_shards(shard))
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+''',
+        "zero3": '''
+class ShardedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, shard, full, shapes, index):
+        w, b = unflatten(full, shapes)
+        ctx.save_for_backward(x, shard)
+        ctx.shapes, ctx.index = shapes, index
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, shard = ctx.saved_tensors
+        full = gather_shards(shard)
+        w, _ = unflatten(full, ctx.shapes)
+        grad_x = grad_y @ w
+        grad_flat = flatten([grad_y.T @ x, grad_y.sum(0)])
+        free(full, f"layer {ctx.index}")
+        return grad_x, reduce_scatter_mean(grad_flat), None, None, None
+
+
+class Zero3MLP(nn.Module):
+    def __init__(self, mlp):
+        super().__init__()
+        self.shapes = [[p.shape for p in layer.parameters()] for layer in mlp.layers]
+        self.shards = nn.ParameterList(nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in mlp.layers)
+
+    def forward(self, x):
+        last, gathered = len(self.shards) - 1, []
+        for i, shard in enumerate(self.shards):
+            full = gather_shards(shard)
+            gathered.append(full)
+            with region(f"forward layer {i}"):
+                x = ShardedLinear.apply(x, shard, full, self.shapes[i], i)
+                if i < last:
+                    x = F.gelu(x)
+        for i, full in enumerate(gathered):   # freed, but only once the whole forward is done
+            free(full, f"layer {i}")
+        return x
+''',
+        "prefetch": '''
+class Zero3PrefetchMLP(Zero3MLP):
+    def forward(self, x):
+        world, last = dist.get_world_size(), len(self.shards) - 1
+        pending = []
+        for shard in self.shards:              # every layer's gather issued up front
+            full = shard.new_empty(world * shard.numel())
+            pending.append((full, dist.all_gather_single(full, shard.detach(), async_op=True)))
+        for i, shard in enumerate(self.shards):
+            full, handle = pending[i]
+            handle.wait()
+            with region(f"forward layer {i}"):
+                x = ShardedLinear.apply(x, shard, full, self.shapes[i], i)
+                if i < last:
+                    x = F.gelu(x)
+            free(full, f"layer {i}")
+        return x
+''',
+    },
+}

@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from nanoparallel import cost
 from nanoparallel.viz.units import human_bytes, human_rate, human_seconds
-from nanoparallel.viz.widgets import _show
+from nanoparallel.viz.widgets import show_figure
 
 ALGORITHM_COLORS = {"naive": "#7f7f7f", "tree": "#d62728", "ring": "#1f77b4", "halving_doubling": "#2ca02c"}
 # Curves of different algorithms coincide where their alpha terms match: styles keep both visible.
@@ -156,7 +156,7 @@ def cost_widget(op: str = "all_reduce", world_size: int = 8) -> widgets.VBox:
         alpha_label.value, beta_label.value = human_seconds(alpha.value), human_rate(beta.value)
         shown = [a for a, c in checks.items() if c.value] or ["ring"]
         box.figure = plot_collective_costs(op_box.value, size.value, link, shown)
-        _show(out, box.figure)
+        show_figure(out, box.figure)
         points = crossovers(op_box.value, size.value, link, shown)
         lines = [f"{ALGORITHM_LABELS[b]} is cheaper below {human_bytes(n)}, {ALGORITHM_LABELS[a]} above"
                  for n, b, a in points] or ["no crossover between the algorithms shown: one is never slower"]

@@ -28,7 +28,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from nanoparallel.viz.timeline import match_messages, op_color
 from nanoparallel.viz.units import human_bytes
-from nanoparallel.viz.widgets import _show
+from nanoparallel.viz.widgets import show_figure
 
 RS, AG = "reduce-scatter", "all-gather"
 MAX_RANKS = 8  # one letter per rank (a, b, c, ...) must stay readable in a cell
@@ -423,7 +423,7 @@ def ring_stepper(all_reduce=None, cluster=None, world_size: int = 4, numel: int 
     def redraw(change=None):
         step = min(step_slider.value, len(box.schedule.steps))
         box.figure = plot_ring_step(box.schedule, step)
-        _show(out, box.figure)
+        show_figure(out, box.figure)
 
     size_box.observe(rebuild, names="value")
     numel_box.observe(rebuild, names="value")

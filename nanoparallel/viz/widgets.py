@@ -43,7 +43,7 @@ def _in_kernel() -> bool:
     return get_ipython() is not None
 
 
-def _show(out: widgets.Output, fig) -> None:
+def show_figure(out: widgets.Output, fig) -> None:
     """Replace ``out``'s content by ``fig`` rendered as a PNG.
 
     A PNG rather than ``display(fig)``: a bare `Figure` has a rich display only once pyplot's
@@ -59,12 +59,12 @@ def _show(out: widgets.Output, fig) -> None:
         display(Image(data=buf.getvalue(), format="png"))
 
 
-def _clear(out: widgets.Output) -> None:
+def clear_output(out: widgets.Output) -> None:
     if _in_kernel():
         out.clear_output()
 
 
-def _pre(text: str, color: str = "inherit") -> str:
+def pre_html(text: str, color: str = "inherit") -> str:
     return f'<pre style="color:{color}; font-size:12px; line-height:1.3">{html.escape(text)}</pre>'
 
 
@@ -89,7 +89,7 @@ def bandwidth_widget(links: Mapping | None = None) -> widgets.VBox:
         nbytes = slider.value
         size_label.value = human_bytes(nbytes)
         box.figure = plot_link_times(nbytes, links)
-        _show(out, box.figure)
+        show_figure(out, box.figure)
         if not syncing[0] and preset.value is not None and preset.value != nbytes:
             preset.value = None  # the learner dragged away from the preset
 
@@ -141,12 +141,12 @@ def trace_widget(run_fn: Callable[[int], Trace], world_sizes=(2, 3, 4)) -> widge
                 raise TypeError(f"run_fn should return a Trace (or a RunResult), got {type(result).__name__}.")
             box.figure = plot_trace(trace, title=f"{n} ranks")
             box.error = None
-            _show(out, box.figure)
-            summary.value = _pre(trace.summary())
+            show_figure(out, box.figure)
+            summary.value = pre_html(trace.summary())
         except Exception as exc:  # the learner's code failed: say so in place, keep the kernel calm
             box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
-            _clear(out)
-            summary.value = _pre(f"run_fn({n}) failed\n{box.error}", color="#c0392b")
+            clear_output(out)
+            summary.value = pre_html(f"run_fn({n}) failed\n{box.error}", color="#c0392b")
         finally:
             run_button.disabled, run_button.description = False, "Run"
 

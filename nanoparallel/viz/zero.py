@@ -26,7 +26,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from nanoparallel.trace import Trace, TraceEvent
 from nanoparallel.viz.timeline import COMPUTE_COLOR, op_color
 from nanoparallel.viz.units import human_bytes
-from nanoparallel.viz.widgets import _clear, _pre, _show
+from nanoparallel.viz.widgets import clear_output, pre_html, show_figure
 
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP (stage 0)", 1: "ZeRO-1 (P_os)", 2: "ZeRO-2 (P_os+g)", 3: "ZeRO-3 (P_os+g+p)"}
@@ -136,16 +136,16 @@ def memory_widget(formula: Callable, psi: float = 7.5e9, k: int = 12, gpu_memory
             box.error = None
         except Exception as exc:  # the learner's formula failed: say so in place
             box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
-            _clear(out)
-            fits.value = _pre(f"formula(psi, k, n_d, stage) failed\n{box.error}", color="#c0392b")
+            clear_output(out)
+            fits.value = pre_html(f"formula(psi, k, n_d, stage) failed\n{box.error}", color="#c0392b")
             return
-        _show(out, box.figure)
+        show_figure(out, box.figure)
         lines = [f"{'stage':<20}{'1 GPU':>10}{f'{n_values[-1]} GPUs':>12}   fits from"]
         for stage, values in curves.items():
             n_fit = smallest_fitting_n(values, n_values, memory)
             lines.append(f"{STAGE_NAMES[stage]:<20}{human_bytes(values[0]):>10}{human_bytes(values[-1]):>12}   "
                          f"{'never' if n_fit is None else f'N_d = {n_fit}'}")
-        fits.value = _pre("\n".join(lines))
+        fits.value = pre_html("\n".join(lines))
 
     for control in (psi_slider, k_slider, gpu_slider):
         control.observe(redraw, names="value")
@@ -362,13 +362,13 @@ def zero3_timeline_widget(run_fn: Callable[[int, str], Trace], variants: Sequenc
                 raise TypeError(f"run_fn should return a Trace (or a RunResult), got {type(result).__name__}.")
             box.figure = plot_zero3_timeline(trace, title=f"{v}, {n} ranks: rank 0")
             box.error = None
-            _show(out, box.figure)
+            show_figure(out, box.figure)
             held = max(c for _, c in gathered_layers_held(trace, 0))
-            summary.value = _pre(f"{trace.summary()}\nmost gathered layers held at once on rank 0: {held}")
+            summary.value = pre_html(f"{trace.summary()}\nmost gathered layers held at once on rank 0: {held}")
         except Exception as exc:  # the learner's code failed: say so in place
             box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
-            _clear(out)
-            summary.value = _pre(f"run_fn({n}, {v!r}) failed\n{box.error}", color="#c0392b")
+            clear_output(out)
+            summary.value = pre_html(f"run_fn({n}, {v!r}) failed\n{box.error}", color="#c0392b")
         finally:
             run_button.disabled, run_button.description = False, "Run"
 

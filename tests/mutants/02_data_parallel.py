@@ -1,0 +1,268 @@
+"""Plausible wrong answers for 02_data_parallel. Each mutant replaces whole solution cells
+(keyed by grade_id); the graded cell ``<grade_id>_tests`` must then lose points.
+
+One wrong answer per exercise per mutant, to keep the number of autograde runs small. The
+bucketed-DDP mistakes the issue names each have a mutant: sum instead of average, forgetting a
+bucket, stepping before the wait, all-reducing a bucket before backward has finished with it,
+and no overlap at all.
+"""
+
+# The correct BucketedDDP, split so that mutants can swap one method.
+_BUCKETS_INIT = '''
+class BucketedDDP:
+    def __init__(self, model, bucket_bytes):
+        self.model = model
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.buckets, current, size = [], [], 0
+        for p in reversed(params):
+            nbytes = p.numel() * p.element_size()
+            if current and size + nbytes > bucket_bytes:
+                self.buckets.append(current)
+                current, size = [], 0
+            current.append(p)
+            size += nbytes
+        if current:
+            self.buckets.append(current)
+        self._bucket_of = {p: i for i, bucket in enumerate(self.buckets) for p in bucket}
+        self._reset()
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _reset(self):
+        self._ready = [0] * len(self.buckets)
+        self._next = 0
+        self._pending = []
+
+    def _launch(self, i):
+        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.buckets[i]]
+        flat = torch.cat(grads)
+        self._pending.append((i, flat, dist.all_reduce(flat, async_op=True)))
+'''
+
+_GRAD_READY = '''
+    def _grad_ready(self, param):
+        self._ready[self._bucket_of[param]] += 1
+        while self._next < len(self.buckets) and self._ready[self._next] == len(self.buckets[self._next]):
+            self._launch(self._next)
+            self._next += 1
+'''
+
+_FINISH = '''
+    def finish_gradient_sync(self):
+        while self._next < len(self.buckets):
+            self._launch(self._next)
+            self._next += 1
+        world = dist.get_world_size()
+        for i, flat, work in self._pending:
+            work.wait()
+            flat /= world
+            offset = 0
+            for p in self.buckets[i]:
+                n = p.numel()
+                if p.grad is not None:
+                    p.grad.copy_(flat[offset:offset + n].view_as(p))
+                offset += n
+        self._reset()
+'''
+
+_TRAIN_STEP = '''
+    def train_step(self, optimizer, batch):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        shard = split_batch(batch, world)[rank]
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(self.model, shard)
+        with region("backward"):
+            loss.backward()
+        self.finish_gradient_sync()
+        optimizer.step()
+        return loss.item()
+'''
+
+_NAIVE = '''
+class NaiveDDP:
+    def __init__(self, model):
+        self.model = model
+
+    def train_step(self, optimizer, batch):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        shard = split_batch(batch, world)[rank]
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(self.model, shard)
+        with region("backward"):
+            loss.backward()
+{reduce}
+        optimizer.step()
+        return loss.item()
+'''
+
+_COMM = '''
+def ddp_bytes_per_rank(n_params, bytes_per_elem, world_size):
+    return {ddp}
+
+def parameter_server_bytes(n_params, bytes_per_elem, world_size):
+    n = n_params * bytes_per_elem
+    server = {server}
+    return {{"server_sent": server, "server_received": server, "worker_sent": n, "worker_received": n}}
+'''
+
+_MEMORY = '''
+def memory_breakdown(param_dtype="bf16", grad_dtype="bf16", master_weights=True, optimizer="adam", moments_dtype="fp32"):
+    sizes = {{"fp32": 4, "bf16": 2, "fp16": 2}}
+    moments = {{"adam": 2, "momentum": {momentum}, "sgd": 0}}
+    for dtype in (param_dtype, grad_dtype, moments_dtype):
+        if dtype not in sizes:
+            raise ValueError(dtype)
+    if optimizer not in moments:
+        raise ValueError(optimizer)
+    return {{
+        "parameters": sizes[param_dtype],
+        "gradients": sizes[grad_dtype],
+        "master weights": {master},
+        "optimizer states": moments[optimizer] * {moment_bytes},
+    }}
+
+def bytes_per_parameter(param_dtype="bf16", grad_dtype="bf16", master_weights=True, optimizer="adam", moments_dtype="fp32"):
+    return sum(memory_breakdown(param_dtype, grad_dtype, master_weights, optimizer, moments_dtype).values())
+'''
+
+_MASTER = '4 if master_weights and param_dtype != "fp32" else 0'
+
+
+def memory(momentum="1", master=_MASTER, moment_bytes="sizes[moments_dtype]"):
+    return _MEMORY.format(momentum=momentum, master=master, moment_bytes=moment_bytes)
+
+
+MUTANTS = {
+    "sum_not_mean": {
+        # divides every micro-batch's loss by the number of micro-batches: wrong when they are unequal
+        "accumulate": '''
+def accumulate_step(model, optimizer, batch, micro_batch_size):
+    B = batch[0].shape[0]
+    k = math.ceil(B / micro_batch_size)
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for start in range(0, B, micro_batch_size):
+        micro = tuple(t[start:start + micro_batch_size] for t in batch)
+        loss = loss_fn(model, micro) / k
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total
+''',
+        "naive_ddp": _NAIVE.format(reduce='''
+        for p in self.model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)   # the sum: P times the gradient (Adam barely notices)'''),
+        "bucketed_ddp": _BUCKETS_INIT + _GRAD_READY + _FINISH.replace("flat /= world", "pass  # forgot to average") + _TRAIN_STEP,
+        "comm_bytes": _COMM.format(ddp="2 * n_params * bytes_per_elem", server="(world_size - 1) * n"),
+        "memory": memory(master='4 if master_weights else 0'),  # a master copy of fp32 weights too
+    },
+    "forgot_a_bucket": {
+        # never zeroes the gradients: step 2 adds onto step 1's
+        "accumulate": '''
+def accumulate_step(model, optimizer, batch, micro_batch_size):
+    B = batch[0].shape[0]
+    total = 0.0
+    for start in range(0, B, micro_batch_size):
+        micro = tuple(t[start:start + micro_batch_size] for t in batch)
+        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)
+        loss.backward()
+        total += loss.item()
+    optimizer.step()
+    return total
+''',
+        # slices by hand with B // P: an uneven batch silently drops samples instead of raising
+        "naive_ddp": _NAIVE.replace("shard = split_batch(batch, world)[rank]",
+                                    "n = batch[0].shape[0] // world\n"
+                                    "        shard = tuple(t[rank * n:(rank + 1) * n] for t in batch)").format(reduce='''
+        for p in self.model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world'''),
+        # finish_gradient_sync assumes the hooks launched every bucket: the bucket holding a
+        # parameter that got no gradient is never all-reduced
+        "bucketed_ddp": _BUCKETS_INIT + _GRAD_READY + _FINISH.replace(
+            "        while self._next < len(self.buckets):\n            self._launch(self._next)\n            self._next += 1\n", "") + _TRAIN_STEP,
+        "comm_bytes": _COMM.format(ddp="(world_size - 1) / world_size * n_params * bytes_per_elem",  # one direction
+                                   server="(world_size - 1) * n"),
+        "memory": memory(moment_bytes="4"),  # moments always fp32
+    },
+    "step_before_wait": {
+        # one forward on the whole batch: no accumulation at all
+        "accumulate": '''
+def accumulate_step(model, optimizer, batch, micro_batch_size):
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model, batch)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+''',
+        # all-reduces before backward: the gradients are not there yet, so nothing is averaged
+        "naive_ddp": '''
+class NaiveDDP:
+    def __init__(self, model):
+        self.model = model
+
+    def train_step(self, optimizer, batch):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        shard = split_batch(batch, world)[rank]
+        optimizer.zero_grad(set_to_none=True)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world
+        loss = loss_fn(self.model, shard)
+        with region("backward"):
+            loss.backward()
+        optimizer.step()
+        return loss.item()
+''',
+        # steps on the local gradients, then waits for the averaged ones
+        "bucketed_ddp": _BUCKETS_INIT + _GRAD_READY + _FINISH + _TRAIN_STEP.replace(
+            "        self.finish_gradient_sync()\n        optimizer.step()\n",
+            "        optimizer.step()\n        self.finish_gradient_sync()\n"),
+        "comm_bytes": _COMM.format(ddp="2 * (world_size - 1) / world_size * n_params * bytes_per_elem",
+                                   server="world_size * n"),  # the server sends to itself too
+        "memory": memory(momentum="2"),  # momentum counted like Adam
+    },
+    "launch_early": {
+        # steps after every micro-batch
+        "accumulate": '''
+def accumulate_step(model, optimizer, batch, micro_batch_size):
+    B = batch[0].shape[0]
+    total = 0.0
+    for start in range(0, B, micro_batch_size):
+        optimizer.zero_grad(set_to_none=True)
+        micro = tuple(t[start:start + micro_batch_size] for t in batch)
+        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    return total
+''',
+        # uses rank 0's gradients for everyone instead of the average
+        "naive_ddp": _NAIVE.format(reduce='''
+        for p in self.model.parameters():
+            if p.grad is not None:
+                dist.broadcast(p.grad, src=0)'''),
+        # launches a bucket as soon as its first gradient is ready: the others are not done yet
+        "bucketed_ddp": _BUCKETS_INIT + '''
+    def _grad_ready(self, param):
+        i = self._bucket_of[param]
+        self._ready[i] += 1
+        if self._ready[i] == 1 and i == self._next:
+            self._launch(i)
+            self._next += 1
+''' + _FINISH + _TRAIN_STEP,
+        "comm_bytes": _COMM.format(ddp="2 * (world_size - 1) / world_size * n_params * bytes_per_elem",
+                                   server="(world_size - 1) * n * 2"),  # up and down added together
+        "memory": memory(master='2 if master_weights and param_dtype != "fp32" else 0'),  # a bf16 "master" copy
+    },
+    "no_overlap": {
+        # all buckets launched after backward: correct values, nothing hidden under backward
+        "bucketed_ddp": _BUCKETS_INIT + '''
+    def _grad_ready(self, param):
+        self._ready[self._bucket_of[param]] += 1
+''' + _FINISH + _TRAIN_STEP,
+    },
+}

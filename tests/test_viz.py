@@ -2,6 +2,7 @@
 driven headless (set ``.value``, call ``.click()``). Traces are built by hand, no processes.
 """
 import io
+import math
 import warnings
 
 import matplotlib.pyplot as plt
@@ -13,6 +14,7 @@ from nanoparallel.trace import Trace, TraceEvent
 from nanoparallel.viz import bandwidth_widget, human_bytes, human_seconds, plot_link_times, plot_trace, trace_widget
 from nanoparallel.viz.timeline import match_messages, op_color
 from nanoparallel.viz.units import human_rate
+from nanoparallel.viz.widgets import CUSTOM, SIZE_PRESETS, log_slider_shows
 
 BAR_GIDS = ("event", "compute", "never-waited")
 
@@ -264,8 +266,48 @@ def test_bandwidth_widget_redraws_on_slider_and_preset():
     box.preset.value = dict(box.preset.options)["one fp32 value (4 B)"]
     assert box.size_slider.value == 4 and box.figure.axes[0].get_title() == "Moving 4 B over one link"
     box.size_slider.value = 1e5                  # dragging away from a preset clears it
-    assert box.preset.value is None and "100 kB" in box.figure.axes[0].get_title()
+    assert box.preset.value == CUSTOM and "100 kB" in box.figure.axes[0].get_title()
     assert "1 MiB bucket" in labels
+
+
+def sent_back(slider) -> float:
+    """What a FloatLogSlider's front end sends the kernel: log10(value) rounded to the step."""
+    k = round((math.log10(slider.value) - slider.min) / slider.step)
+    return 10 ** (k * slider.step + slider.min)
+
+
+def test_log_slider_shows_a_value_up_to_half_a_step():
+    box = bandwidth_widget()
+    slider = box.size_slider
+    slider.value = sent_back(slider)                 # 2**20 comes back as 10**6.02
+    assert slider.value != 2**20 and log_slider_shows(slider, 2**20)
+    assert not log_slider_shows(slider, 2**20 * 10 ** slider.step)   # the next grid point
+    assert not log_slider_shows(slider, 1e6)         # 10**6.00 is another grid point
+
+
+def test_bandwidth_presets_survive_the_browsers_rounding():
+    """The browser rounds log10(size) to the slider's step and sends that back (8192 B returns
+    as 8128 B): the preset must stay chosen and the label and figure keep its exact size."""
+    box = bandwidth_widget()
+    seen = []
+    box.preset.observe(lambda change: seen.append(change["new"]), names="value")
+    assert box.preset.value == 2**20                 # the slider starts on the 1 MiB preset
+    assert None not in [value for _, value in box.preset.options]  # ipywidgets 8 draws None empty
+    for label, nbytes in SIZE_PRESETS:
+        box.preset.value = nbytes
+        box.size_slider.value = sent_back(box.size_slider)
+        assert box.size_slider.value != nbytes       # the rounding did happen
+        assert box.preset.value == nbytes, label
+        assert box.size_label.value == human_bytes(nbytes)
+        assert box.figure.axes[0].get_title() == f"Moving {human_bytes(nbytes)} over one link"
+    box.preset.value = 4096 * 2
+    box.size_slider.value = sent_back(box.size_slider)
+    assert box.size_label.value == "8.2 kB"          # not the 8128 B the browser sent: "8.1 kB"
+    box.preset.value = CUSTOM                        # "custom" draws the slider's own value
+    assert box.size_label.value == "8.1 kB"
+    box.preset.value = 4096 * 2                      # back to the preset the slider is already on
+    assert box.size_label.value == "8.2 kB" and box.preset.value == 4096 * 2
+    assert None not in seen
 
 
 def test_trace_widget_runs_the_chosen_world_size():

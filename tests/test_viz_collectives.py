@@ -16,12 +16,14 @@ from matplotlib.figure import Figure
 
 from nanoparallel import cost
 from nanoparallel.trace import Trace, TraceEvent
-from nanoparallel.viz.collective_costs import (ALGORITHM_LABELS, cost_widget, crossovers, fastest,
+from nanoparallel.viz.collective_costs import (ALGORITHM_LABELS, PRESETS, cost_widget, crossovers, fastest,
                                                plot_collective_costs)
 from nanoparallel.viz.ring import (AG, RS, chunk_sizes, count_rounds, decode_message, decode_value,
                                    encode_input, holding_label, message_rounds, plot_ring_step,
                                    record_ring_all_reduce, ring_stepper, schedule_from_sends,
                                    textbook_schedule)
+from nanoparallel.viz.units import human_bytes, human_rate, human_seconds
+from nanoparallel.viz.widgets import CUSTOM
 
 
 @pytest.fixture(autouse=True)
@@ -350,7 +352,7 @@ def test_cost_widget_presets_sliders_and_algorithms():
     assert (box.alpha_slider.value, box.beta_slider.value, box.world_size.value) == (ib.latency, ib.bandwidth, 64)
     assert "P = 64" in box.figure.axes[0].get_title() and "InfiniBand" in box.figure.axes[0].get_title()
     box.alpha_slider.value = 1e-4                          # a slider move leaves the preset
-    assert box.preset.value is None and "custom link" in box.figure.axes[0].get_title()
+    assert box.preset.value == CUSTOM and "custom link" in box.figure.axes[0].get_title()
     box.op.value = "all_gather"
     assert box.figure.axes[0].get_title().startswith("all_gather")
     for a in ("naive", "tree", "halving_doubling"):
@@ -360,3 +362,41 @@ def test_cost_widget_presets_sliders_and_algorithms():
     box.algorithms["ring"].value = False                   # nothing chosen: the ring stays drawn
     assert [line.get_gid() for line in box.figure.axes[0].lines] == ["curve:ring"]
     assert ALGORITHM_LABELS["ring"] in box.summary.value
+
+
+def sent_back(slider) -> float:
+    """What a FloatLogSlider's front end sends the kernel: log10(value) rounded to the step."""
+    k = round((math.log10(slider.value) - slider.min) / slider.step)
+    return 10 ** (k * slider.step + slider.min)
+
+
+def test_cost_widget_presets_survive_the_browsers_rounding():
+    """The browser rounds log10 of alpha and beta to the sliders' step and sends them back (3 µs
+    returns as 3.2 µs, 400 GB/s as 398 GB/s): the preset must stay chosen, and the labels, title
+    and crossovers use its exact link."""
+    box = cost_widget()
+    seen = []
+    box.preset.observe(lambda change: seen.append(change["new"]), names="value")
+    assert None not in [v for _, v in box.preset.options]
+    for i, (label, key, P) in enumerate(PRESETS):      # preset 0 as displayed, then each chosen
+        if i != box.preset.value:
+            box.preset.value = i
+        link = cost.LINKS[key]
+        for slider in (box.alpha_slider, box.beta_slider):
+            slider.value = sent_back(slider)
+        assert (box.alpha_slider.value, box.beta_slider.value) != (link.latency, link.bandwidth)
+        assert box.preset.value == i, label
+        assert box.world_size.value == P
+        title = box.figure.axes[0].get_title()
+        assert f"over {link.name}: α = {human_seconds(link.latency)}, β = {human_rate(link.bandwidth)}" in title
+        [alpha_label, beta_label] = [hbox.children[1].value for hbox in box.children[1:3]]
+        assert (alpha_label, beta_label) == (human_seconds(link.latency), human_rate(link.bandwidth))
+        points = crossovers(box.op.value, P, link)
+        assert points and all(f"cheaper below {human_bytes(n)}" in box.summary.value for n, _, _ in points)
+    box.preset.value = 0
+    box.alpha_slider.value = sent_back(box.alpha_slider)
+    assert "α = 3.0 µs, β = 400 GB/s" in box.figure.axes[0].get_title()   # not 3.2 µs, 398 GB/s
+    box.world_size.value = 16                          # P away from the preset: custom, as the sliders say
+    assert box.preset.value == CUSTOM and "custom link" in box.figure.axes[0].get_title()
+    assert "α = 3.2 µs" in box.figure.axes[0].get_title()
+    assert None not in seen

@@ -1,6 +1,7 @@
 """Pictures of notebook 02: the memory calculator and the DDP timelines, read back from their
 artists, and the widgets driven headless. Traces are built by hand, no processes."""
 import io
+import math
 import warnings
 
 import matplotlib.pyplot as plt
@@ -11,6 +12,8 @@ from nanoparallel.trace import Trace, TraceEvent
 from nanoparallel.viz.ddp_timeline import (bucket_labels, ddp_overlap, ddp_timeline_widget, overlapped_step,
                                            plot_ddp_comparison, plot_ddp_timeline, plot_step_overlap)
 from nanoparallel.viz.memory_calculator import MODEL_PRESETS, default_accelerators, memory_widget, plot_memory
+from nanoparallel.viz.units import human_bytes
+from nanoparallel.viz.widgets import CUSTOM
 
 MIXED = {"parameters": 2, "gradients": 2, "master weights": 4, "optimizer states": 8}
 
@@ -126,10 +129,43 @@ def test_memory_widget_draws_the_given_function_and_follows_controls():
     assert w.n_params.value == pytest.approx(65e9)
     assert "65B" in w.figure.axes[0].get_title()
     w.n_params.value = 2e9  # away from the preset
-    assert w.preset.value is None
+    assert w.preset.value == CUSTOM
     w.optimizer.value = "sgd"
     assert w.breakdown["optimizer states"] == 0
     assert "total" in w.table.value
+
+
+def sent_back(slider) -> float:
+    """What a FloatLogSlider's front end sends the kernel: log10(value) rounded to the step."""
+    k = round((math.log10(slider.value) - slider.min) / slider.step)
+    return 10 ** (k * slider.step + slider.min)
+
+
+def test_memory_widget_presets_survive_the_browsers_rounding():
+    """The browser rounds log10(parameters) to the slider's step and sends that back (7e9
+    returns as 7.08e9): the preset must stay chosen, and title, label and table use it exactly."""
+    w = memory_widget(reference_memory_breakdown)
+    seen = []
+    w.preset.observe(lambda change: seen.append(change["new"]), names="value")
+    assert w.preset.value == 7e9 and None not in [v for _, v in w.preset.options]
+    for name, n in [("LLaMA 7B", 7e9)] + list(MODEL_PRESETS):  # the first: as displayed
+        if n != w.preset.value:
+            w.preset.value = n
+        w.n_params.value = sent_back(w.n_params)
+        assert w.n_params.value != n                      # the rounding did happen
+        assert w.preset.value == n, name
+        billions = f"{n / 1e9:g}B"
+        assert w.n_label.value == f"{billions} parameters"
+        assert w.figure.axes[0].get_title().startswith(f"{billions} parameters × 16 B/param = {human_bytes(16 * n)}")
+        assert f"{human_bytes(16 * n):>9}" in w.table.value.splitlines()[-1]  # the total row
+    w.preset.value = 7e9
+    w.n_params.value = sent_back(w.n_params)
+    assert "112 GB per GPU" in w.figure.axes[0].get_title()   # 7B × 16 B, not 7.08B × 16 = 113 GB
+    w.moments_dtype.value = "bf16"                       # other controls keep the exact count
+    assert w.preset.value == 7e9 and "7B parameters × 12 B/param = 84 GB" in w.figure.axes[0].get_title()
+    w.n_params.value = 10 ** 9.5                         # a size of the learner's own
+    assert w.preset.value == CUSTOM and w.n_label.value == "3.16B parameters"
+    assert None not in seen
 
 
 def test_memory_widget_shows_errors_instead_of_raising():

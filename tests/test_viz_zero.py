@@ -2,6 +2,7 @@
 functions are read back from their artists; widgets are driven headless (set ``.value``,
 call ``.click()``). Traces are built by hand, no processes."""
 import io
+import math
 import warnings
 
 import matplotlib.pyplot as plt
@@ -109,6 +110,30 @@ def test_memory_widget_redraws_on_every_slider():
     box.k_slider.value = 8
     [line] = lines(box.figure, "stage-0")
     assert line.get_ydata()[0] == pytest.approx((2 + 2 + 8) * 1e12)
+
+
+def sent_back(slider) -> float:
+    """What a FloatLogSlider's front end sends the kernel: log10(value) rounded to the step."""
+    k = round((math.log10(slider.value) - slider.min) / slider.step)
+    return 10 ** (k * slider.step + slider.min)
+
+
+def test_memory_widget_keeps_the_papers_psi_through_the_browsers_rounding():
+    """ZeRO paper, Figure 1: Ψ = 7.5B, K = 12 is 120 GB per GPU under DDP. The browser sends the
+    slider back as 10**9.88 = 7.59e9; the widget must still say 7.5B and 120 GB, not 121 GB."""
+    box = memory_widget(zero_memory_bytes, psi=7.5e9, k=12, gpu_memory=80e9)
+    box.psi_slider.value = sent_back(box.psi_slider)
+    assert box.psi_slider.value == pytest.approx(7.59e9, rel=1e-3)
+    assert box.psi_label.value == "7.5B parameters"
+    assert box.figure.axes[0].get_title().startswith("Ψ = 7.5B parameters, K = 12")
+    [line] = lines(box.figure, "stage-0")
+    assert line.get_ydata()[0] == 120e9
+    [ddp] = [row for row in box.fits.value.splitlines() if row.startswith("DDP (stage 0)")]
+    assert ddp.split()[3:5] == ["120", "GB"] and "121 GB" not in box.fits.value
+    box.k_slider.value = 16                          # other controls keep the exact Ψ too
+    assert lines(box.figure, "stage-0")[0].get_ydata()[0] == 7.5e9 * 20
+    box.psi_slider.value = 1e10                      # a Ψ of the learner's own is drawn as is
+    assert box.figure.axes[0].get_title().startswith("Ψ = 10B parameters")
 
 
 def test_memory_widget_shows_the_formulas_error():

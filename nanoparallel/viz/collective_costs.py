@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from nanoparallel import cost
 from nanoparallel.viz.units import human_bytes, human_rate, human_seconds
-from nanoparallel.viz.widgets import show_figure
+from nanoparallel.viz.widgets import CUSTOM, log_slider_shows, show_figure
 
 ALGORITHM_COLORS = {"naive": "#7f7f7f", "tree": "#d62728", "ring": "#1f77b4", "halving_doubling": "#2ca02c"}
 # Curves of different algorithms coincide where their alpha terms match: styles keep both visible.
@@ -115,12 +115,15 @@ def plot_collective_costs(op: str = "all_reduce", world_size: int = 8, link: cos
 def cost_widget(op: str = "all_reduce", world_size: int = 8) -> widgets.VBox:
     """Sliders for alpha, beta and P, a hardware preset and the collective, over `plot_collective_costs`.
 
-    A preset sets alpha, beta and P; moving a slider afterwards makes it "custom". Attributes:
-    ``preset``, ``op``, ``alpha_slider`` (s), ``beta_slider`` (bytes/s), ``world_size``,
-    ``algorithms`` (a dict of checkboxes), ``summary`` (HTML), ``output`` and ``figure``.
+    A preset sets alpha, beta and P; moving a slider afterwards makes it "custom". While a preset
+    is chosen, labels, figure and summary use its exact link, not the sliders' rounding of it
+    (3 µs and 400 GB/s would come back from the browser as 3.2 µs and 398 GB/s). Attributes:
+    ``preset`` (an index into `PRESETS`, or `CUSTOM`), ``op``, ``alpha_slider`` (s),
+    ``beta_slider`` (bytes/s), ``world_size``, ``algorithms`` (a dict of checkboxes), ``summary``
+    (HTML), ``output`` and ``figure``.
     """
     first = cost.LINKS[PRESETS[0][1]]
-    preset = widgets.Dropdown(options=[("custom", None)] + [(label, i) for i, (label, _, _) in enumerate(PRESETS)],
+    preset = widgets.Dropdown(options=[("custom", CUSTOM)] + [(label, i) for i, (label, _, _) in enumerate(PRESETS)],
                               value=0, description="hardware", layout=widgets.Layout(width="380px"))
     op_box = widgets.Dropdown(options=list(cost.COLLECTIVES), value=op, description="collective",
                               layout=widgets.Layout(width="260px"))
@@ -139,21 +142,24 @@ def cost_widget(op: str = "all_reduce", world_size: int = 8) -> widgets.VBox:
                         out, summary])
     box.preset, box.op, box.alpha_slider, box.beta_slider, box.world_size = preset, op_box, alpha, beta, size
     box.algorithms, box.summary, box.output, box.figure = checks, summary, out, None
-    syncing = [False]
+    syncing = [False]  # a preset moves three sliders: draw once, after the last
+
+    def on_preset(i: int) -> bool:
+        _, key, P = PRESETS[i]
+        link = cost.LINKS[key]
+        return log_slider_shows(alpha, link.latency) and log_slider_shows(beta, link.bandwidth) and size.value == P
 
     def redraw(change=None):
         if syncing[0]:
             return
-        if change is not None and change["owner"] in (alpha, beta, size) and preset.value is not None:
-            label, key, P = PRESETS[preset.value]
-            link = cost.LINKS[key]
-            if (alpha.value, beta.value, size.value) != (link.latency, link.bandwidth, P):
-                syncing[0] = True
-                preset.value = None  # the learner moved away from the preset
-                syncing[0] = False
-        name = "custom link" if preset.value is None else cost.LINKS[PRESETS[preset.value][1]].name
-        link = cost.Link(name, bandwidth=beta.value, latency=alpha.value)
-        alpha_label.value, beta_label.value = human_seconds(alpha.value), human_rate(beta.value)
+        if preset.value != CUSTOM and not on_preset(preset.value):
+            preset.value = CUSTOM  # the learner moved away from the preset; use_preset redraws
+            return
+        if preset.value == CUSTOM:
+            link = cost.Link("custom link", bandwidth=beta.value, latency=alpha.value)
+        else:
+            link = cost.LINKS[PRESETS[preset.value][1]]  # the preset exactly
+        alpha_label.value, beta_label.value = human_seconds(link.latency), human_rate(link.bandwidth)
         shown = [a for a, c in checks.items() if c.value] or ["ring"]
         box.figure = plot_collective_costs(op_box.value, size.value, link, shown)
         show_figure(out, box.figure)
@@ -165,13 +171,14 @@ def cost_widget(op: str = "all_reduce", world_size: int = 8) -> widgets.VBox:
         summary.value = ("<br>".join(lines) + "<br><b>fastest</b> at " + ", ".join(best))
 
     def use_preset(change):
-        if change["new"] is None:
-            return
-        _, key, P = PRESETS[change["new"]]
-        link = cost.LINKS[key]
-        syncing[0] = True
-        alpha.value, beta.value, size.value = link.latency, link.bandwidth, P
-        syncing[0] = False
+        if change["new"] != CUSTOM and not on_preset(change["new"]):
+            _, key, P = PRESETS[change["new"]]
+            link = cost.LINKS[key]
+            syncing[0] = True
+            try:
+                alpha.value, beta.value, size.value = link.latency, link.bandwidth, P
+            finally:
+                syncing[0] = False
         redraw()
 
     for w in (alpha, beta, size, op_box, *checks.values()):

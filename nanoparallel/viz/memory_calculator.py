@@ -17,9 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
 from nanoparallel.viz.units import human_bytes
-from nanoparallel.viz.widgets import clear_output, pre_html, show_figure
-
-
+from nanoparallel.viz.widgets import CUSTOM, clear_output, log_slider_shows, pre_html, show_figure
 
 # Model sizes the course text talks about (parameters).
 MODEL_PRESETS = (
@@ -33,6 +31,11 @@ COMPONENT_COLORS = {"parameters": "#4e79a7", "gradients": "#f28e2b",
                     "master weights": "#59a14f", "optimizer states": "#b07aa1"}
 _SHORT = {"parameters": "params", "gradients": "grads", "master weights": "master", "optimizer states": "optimizer"}
 _OTHER = ("#76b7b2", "#edc948", "#9c755f", "#ff9da7", "#e15759")
+
+
+def _billions(n_params: float) -> str:
+    """``7e9 -> "7B"``, ``7.0795e9 -> "7.08B"``, ``1.5e9 -> "1.5B"``: two decimals at most."""
+    return f"{round(n_params / 1e9, 2):g}B"
 
 
 def default_accelerators() -> dict[str, float]:
@@ -97,7 +100,7 @@ def plot_memory(n_params: float, breakdown: Mapping[str, float], accelerators: M
         verdict = f"does not fit on any one GPU: needs the memory of {math.ceil(total / biggest)} × {biggest_label}"
     else:
         verdict = ""
-    ax.set_title(title or f"{n_params / 1e9:g}B parameters × {per_param:g} B/param = {human_bytes(total)} per GPU"
+    ax.set_title(title or f"{_billions(n_params)} parameters × {per_param:g} B/param = {human_bytes(total)} per GPU"
                  + (f" — {verdict}" if verdict else ""), fontsize=10, pad=44 if crowded else 16)
     fig.legend(handles=ax.get_legend_handles_labels()[0], loc="outside lower center", ncols=max(len(breakdown), 1),
                frameon=False, fontsize=8)
@@ -109,38 +112,46 @@ def memory_widget(breakdown_fn: Callable[..., Mapping[str, float]],
     """Model size, precision and optimizer -> bytes per GPU, drawn with `plot_memory`.
 
     ``breakdown_fn(param_dtype=, grad_dtype=, master_weights=, optimizer=, moments_dtype=)``
-    returns bytes per parameter by component: the notebook passes the learner's own. Its errors show in the widget, never raise. Attributes:
-    ``preset``, ``n_params`` (a log slider), ``param_dtype``, ``grad_dtype``, ``master_weights``,
-    ``optimizer``, ``moments_dtype``, ``output``, ``table`` (HTML), ``figure``, ``breakdown``
-    (the last dict drawn) and ``error`` (None when fine).
+    returns bytes per parameter by component: the notebook passes the learner's own. Its errors
+    show in the widget, never raise. Attributes: ``preset`` (parameters, or `CUSTOM`),
+    ``n_params`` (a log slider), ``n_label``, ``param_dtype``, ``grad_dtype``,
+    ``master_weights``, ``optimizer``, ``moments_dtype``, ``output``, ``table`` (HTML),
+    ``figure``, ``breakdown`` (the last dict drawn) and ``error`` (None when fine). While a preset
+    is chosen, label, figure and table use its exact parameter count, not the slider's rounding.
     """
     fn = breakdown_fn
-    wide = widgets.Layout(width="340px")
-    preset = widgets.Dropdown(options=[("custom", None)] + [(n, v) for n, v in presets], value=7e9,
-                              description="model", layout=wide)
-    n_params = widgets.FloatLogSlider(value=7e9, base=10, min=8, max=12, step=0.01, description="parameters",
-                                      readout_format=".3g", layout=wide)
+    start = 7e9
+    preset = widgets.Dropdown(options=[("custom", CUSTOM)] + list(presets),
+                              value=start if start in [v for _, v in presets] else CUSTOM,
+                              description="model", layout=widgets.Layout(width="340px"))
+    # No readout: it would show the browser's rounding of a preset (7.08e+9 for 7e9); the label does not.
+    n_params = widgets.FloatLogSlider(value=start, base=10, min=8, max=12, step=0.01, description="parameters",
+                                      readout=False, layout=widgets.Layout(width="300px"))
+    n_label = widgets.Label()
     param_dtype = widgets.Dropdown(options=["bf16", "fp16", "fp32"], value="bf16", description="params")
     grad_dtype = widgets.Dropdown(options=["bf16", "fp16", "fp32"], value="bf16", description="grads")
     master = widgets.Checkbox(value=True, description="fp32 master weights")
     optimizer = widgets.Dropdown(options=["adam", "momentum", "sgd"], value="adam", description="optimizer")
     moments = widgets.Dropdown(options=["fp32", "bf16"], value="fp32", description="moments")
     out, table = widgets.Output(), widgets.HTML()
-    box = widgets.VBox([widgets.HBox([preset, n_params]), widgets.HBox([param_dtype, grad_dtype, master]),
+    box = widgets.VBox([widgets.HBox([preset, n_params, n_label]), widgets.HBox([param_dtype, grad_dtype, master]),
                         widgets.HBox([optimizer, moments]), out, table])
-    box.preset, box.n_params, box.param_dtype, box.grad_dtype = preset, n_params, param_dtype, grad_dtype
+    box.preset, box.n_params, box.n_label = preset, n_params, n_label
+    box.param_dtype, box.grad_dtype = param_dtype, grad_dtype
     box.master_weights, box.optimizer, box.moments_dtype, box.output, box.table = master, optimizer, moments, out, table
     box.figure = box.breakdown = box.error = None
-    syncing = [False]
 
     def redraw(change=None):
+        if preset.value != CUSTOM and not log_slider_shows(n_params, preset.value):
+            preset.value = CUSTOM  # the learner moved the slider away from the preset; use_preset redraws
+            return
+        n = n_params.value if preset.value == CUSTOM else preset.value  # a preset exactly
+        n_label.value = f"{_billions(n)} parameters"
         options = dict(param_dtype=param_dtype.value, grad_dtype=grad_dtype.value, master_weights=master.value,
                        optimizer=optimizer.value, moments_dtype=moments.value)
-        if not syncing[0] and preset.value is not None and preset.value != n_params.value:
-            preset.value = None  # the learner moved the slider away from the preset
         try:
             breakdown = dict(fn(**options))
-            box.figure = plot_memory(n_params.value, breakdown)
+            box.figure = plot_memory(n, breakdown)
             box.breakdown, box.error = breakdown, None
         except Exception as exc:  # the learner's function failed: say so, keep the kernel calm
             box.figure, box.breakdown, box.error = None, None, f"{type(exc).__name__}: {exc}"
@@ -148,21 +159,15 @@ def memory_widget(breakdown_fn: Callable[..., Mapping[str, float]],
             table.value = pre_html(f"{getattr(fn, '__name__', 'breakdown_fn')}(...) failed\n{box.error}", color="#c0392b")
             return
         show_figure(out, box.figure)
-        rows = [f"{name:<17}{b:>5g} B/param {human_bytes(n_params.value * b):>9}" for name, b in breakdown.items()]
-        rows.append(f"{'total':<17}{sum(breakdown.values()):>5g} B/param {human_bytes(n_params.value * sum(breakdown.values())):>9}")
+        rows = [f"{name:<17}{b:>5g} B/param {human_bytes(n * b):>9}" for name, b in breakdown.items()]
+        rows.append(f"{'total':<17}{sum(breakdown.values()):>5g} B/param {human_bytes(n * sum(breakdown.values())):>9}")
         table.value = pre_html("\n".join(rows))
 
     def use_preset(change):
-        if change["new"] is None:
-            return
-        syncing[0] = True
-        try:
-            if n_params.value == change["new"]:
-                redraw()
-            else:
-                n_params.value = change["new"]
-        finally:
-            syncing[0] = False
+        if change["new"] != CUSTOM and not log_slider_shows(n_params, change["new"]):
+            n_params.value = change["new"]  # observe(redraw) draws
+        else:
+            redraw()  # "custom", or the slider is on the preset already (up to the browser's rounding)
 
     for w in (n_params, param_dtype, grad_dtype, master, optimizer, moments):
         w.observe(redraw, names="value")

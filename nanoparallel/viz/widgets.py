@@ -7,11 +7,17 @@ Each returns an `ipywidgets.VBox` whose controls and last figure are attributes 
 ``box.size_slider``, ``box.run_button``, ...), so a test can set ``.value`` or call
 ``.click()`` without a browser: callbacks are plain `observe`/`on_click` handlers and run
 synchronously (`interactive` would swallow their exceptions).
+
+Two things the browser does that a test without one does not see: ipywidgets 8 shows a
+dropdown whose value is None as an empty box (so "custom" entries carry `CUSTOM`, not None),
+and a `FloatLogSlider` snaps its value to its step in log space and sends the snapped value
+back (so widgets compare slider and preset with `log_slider_shows` and draw the exact preset).
 """
 from __future__ import annotations
 
 import html
 import io
+import math
 from collections.abc import Callable, Mapping
 
 import ipywidgets as widgets
@@ -32,6 +38,8 @@ SIZE_PRESETS = (
     ("7B-parameter Adam state in fp32 (84 GB)", 7_000_000_000 * 12),
 )
 _CUSTOM = "custom size"
+# A preset dropdown's "no preset" value. Not None: ipywidgets 8 draws a None value as an empty box.
+CUSTOM = "custom"
 
 
 def _in_kernel() -> bool:
@@ -41,6 +49,19 @@ def _in_kernel() -> bool:
     except ImportError:
         return False
     return get_ipython() is not None
+
+
+def log_slider_shows(slider: widgets.FloatLogSlider, exact: float) -> bool:
+    """Whether ``slider`` sits on ``exact``, up to the rounding its front end does.
+
+    The browser snaps log_base(value) to the slider's grid (min + k·step) and sends the snapped
+    value back to the kernel: with step 0.01, 8192 B comes back as 8128 B and 7.5e9 as 7.59e9.
+    A value within half a step of ``exact`` in log space is on the grid point ``exact`` snaps
+    to, so the widget keeps the preset and draws ``exact``, not the rounded value.
+    """
+    if exact <= 0 or slider.value <= 0:
+        return False
+    return abs(math.log(slider.value / exact, slider.base)) <= slider.step / 2 + 1e-9
 
 
 def show_figure(out: widgets.Output, fig) -> None:
@@ -71,39 +92,34 @@ def pre_html(text: str, color: str = "inherit") -> str:
 def bandwidth_widget(links: Mapping | None = None) -> widgets.VBox:
     """A log slider for the message size (1 B to 100 GB), presets, and `plot_link_times`.
 
-    The returned box has ``size_slider``, ``preset``, ``size_label``, ``output`` and
-    ``figure`` (the last figure drawn) as attributes.
+    The returned box has ``size_slider``, ``preset`` (bytes, or `CUSTOM`), ``size_label``,
+    ``output`` and ``figure`` (the last figure drawn) as attributes. While a preset is chosen,
+    the label and figure use its exact size, not the slider's rounded one.
     """
     slider = widgets.FloatLogSlider(value=2**20, base=10, min=0, max=11, step=0.01,
                                     description="message", readout=False,
                                     layout=widgets.Layout(width="420px"))
     size_label = widgets.Label()
-    preset = widgets.Dropdown(options=[(_CUSTOM, None)] + [(name, n) for name, n in SIZE_PRESETS],
-                              value=None, description="preset", layout=widgets.Layout(width="420px"))
+    preset = widgets.Dropdown(options=[(_CUSTOM, CUSTOM)] + list(SIZE_PRESETS), value=2**20,
+                              description="preset", layout=widgets.Layout(width="420px"))
     out = widgets.Output()
     box = widgets.VBox([widgets.HBox([slider, size_label]), preset, out])
     box.size_slider, box.preset, box.size_label, box.output, box.figure = slider, preset, size_label, out, None
-    syncing = [False]  # a preset moves the slider; the slider must not then reset the preset
 
     def redraw(change=None):
-        nbytes = slider.value
+        if preset.value != CUSTOM and not log_slider_shows(slider, preset.value):
+            preset.value = CUSTOM  # the learner dragged away from the preset; use_preset redraws
+            return
+        nbytes = slider.value if preset.value == CUSTOM else preset.value  # a preset exactly
         size_label.value = human_bytes(nbytes)
         box.figure = plot_link_times(nbytes, links)
         show_figure(out, box.figure)
-        if not syncing[0] and preset.value is not None and preset.value != nbytes:
-            preset.value = None  # the learner dragged away from the preset
 
     def use_preset(change):
-        if change["new"] is None:
-            return
-        syncing[0] = True
-        try:
-            if slider.value == change["new"]:
-                redraw()
-            else:
-                slider.value = change["new"]  # observe(redraw) draws
-        finally:
-            syncing[0] = False
+        if change["new"] != CUSTOM and not log_slider_shows(slider, change["new"]):
+            slider.value = change["new"]  # observe(redraw) draws
+        else:
+            redraw()  # "custom", or the slider is on the preset already (up to the browser's rounding)
 
     slider.observe(redraw, names="value")
     preset.observe(use_preset, names="value")

@@ -26,7 +26,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from nanoparallel.trace import Trace, TraceEvent
 from nanoparallel.viz.timeline import COMPUTE_COLOR, op_color
 from nanoparallel.viz.units import human_bytes
-from nanoparallel.viz.widgets import clear_output, pre_html, show_figure
+from nanoparallel.viz.widgets import clear_output, log_slider_shows, pre_html, show_figure
 
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP (stage 0)", 1: "ZeRO-1 (P_os)", 2: "ZeRO-2 (P_os+g)", 3: "ZeRO-3 (P_os+g+p)"}
@@ -110,9 +110,12 @@ def memory_widget(formula: Callable, psi: float = 7.5e9, k: int = 12, gpu_memory
                   n_values: Sequence[int] = DEFAULT_N) -> widgets.VBox:
     """Sliders for Ψ (log), K and the GPU's memory around `plot_memory_per_gpu`.
 
-    Attributes: ``psi_slider``, ``k_slider``, ``gpu_slider`` (GB), ``output``, ``fits`` (an HTML
-    table: bytes per GPU at the largest N_d and where each stage starts to fit), ``figure``
-    (the last figure, None after an error) and ``error`` (the formula's last error, or None).
+    Attributes: ``psi_slider``, ``psi_label``, ``k_slider``, ``gpu_slider`` (GB), ``output``,
+    ``fits`` (an HTML table: bytes per GPU at the largest N_d and where each stage starts to
+    fit), ``figure`` (the last figure, None after an error) and ``error`` (the formula's last
+    error, or None).
+    While the Ψ slider sits on ``psi`` the widget uses ``psi`` itself, not the browser's rounding
+    of it (7.5e9 would come back as 7.59e9 and 120 GB as 121 GB).
     """
     psi_slider = widgets.FloatLogSlider(value=psi, base=10, min=8, max=12, step=0.01, description="Ψ params",
                                         readout=False, layout=widgets.Layout(width="380px"))
@@ -124,15 +127,16 @@ def memory_widget(formula: Callable, psi: float = 7.5e9, k: int = 12, gpu_memory
     fits = widgets.HTML()
     box = widgets.VBox([widgets.HBox([psi_slider, psi_label]), widgets.HBox([k_slider, gpu_slider]), out, fits])
     box.psi_slider, box.k_slider, box.gpu_slider, box.output, box.fits = psi_slider, k_slider, gpu_slider, out, fits
-    box.figure, box.error = None, None
+    box.psi_label, box.figure, box.error = psi_label, None, None
     n_values = list(n_values)
 
     def redraw(change=None):
-        psi_label.value = f"{_count(psi_slider.value)} parameters"
+        psi_now = psi if log_slider_shows(psi_slider, psi) else psi_slider.value
+        psi_label.value = f"{_count(psi_now)} parameters"
         memory = gpu_slider.value * 1e9
         try:
-            curves = memory_curves(formula, psi_slider.value, k_slider.value, n_values)
-            box.figure = plot_memory_per_gpu(formula, psi_slider.value, k_slider.value, memory, n_values)
+            curves = memory_curves(formula, psi_now, k_slider.value, n_values)
+            box.figure = plot_memory_per_gpu(formula, psi_now, k_slider.value, memory, n_values)
             box.error = None
         except Exception as exc:  # the learner's formula failed: say so in place
             box.figure, box.error = None, f"{type(exc).__name__}: {exc}"

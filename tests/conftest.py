@@ -1,3 +1,6 @@
+import warnings
+
+import matplotlib.pyplot as plt
 import pytest
 
 from nanoparallel import Cluster
@@ -14,3 +17,14 @@ def cluster():
 def cluster4(cluster):
     cluster.resize(4) if cluster.world_size != 4 else None
     return cluster
+
+
+@pytest.fixture
+def quiet_pictures(capsys):
+    """For picture and widget tests: no pyplot figure left open, nothing on stderr, no warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    assert plt.get_fignums() == []
+    assert capsys.readouterr().err == ""
+    assert [str(w.message) for w in caught] == []

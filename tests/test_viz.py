@@ -3,9 +3,7 @@ driven headless (set ``.value``, call ``.click()``). Traces are built by hand, n
 """
 import io
 import math
-import warnings
 
-import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
@@ -19,15 +17,7 @@ from nanoparallel.viz.widgets import CUSTOM, SIZE_PRESETS, log_slider_shows
 BAR_GIDS = ("event", "compute", "never-waited")
 
 
-@pytest.fixture(autouse=True)
-def quiet(capsys):
-    """Every test: no pyplot figure left open, nothing on stderr, no warning."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    assert plt.get_fignums() == []
-    assert capsys.readouterr().err == ""
-    assert [str(w.message) for w in caught] == []
+pytestmark = pytest.mark.usefixtures("quiet_pictures")
 
 
 def ev(rank, op, peer=None, start=0.0, end=1.0, sent=0, recv=0, world=2, **kw):

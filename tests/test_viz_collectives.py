@@ -6,9 +6,7 @@ all-reduce on the shared cluster to check the recording end to end.
 """
 import io
 import math
-import warnings
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
@@ -26,15 +24,7 @@ from nanoparallel.viz.units import human_bytes, human_rate, human_seconds
 from nanoparallel.viz.widgets import CUSTOM
 
 
-@pytest.fixture(autouse=True)
-def quiet(capsys):
-    """Every test: no pyplot figure left open, nothing on stderr, no warning."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    assert plt.get_fignums() == []
-    assert capsys.readouterr().err == ""
-    assert [str(w.message) for w in caught] == []
+pytestmark = pytest.mark.usefixtures("quiet_pictures")
 
 
 def render(fig: Figure) -> None:

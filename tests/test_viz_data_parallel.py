@@ -2,9 +2,7 @@
 artists, and the widgets driven headless. Traces are built by hand, no processes."""
 import io
 import math
-import warnings
 
-import matplotlib.pyplot as plt
 import pytest
 from matplotlib.figure import Figure
 
@@ -18,15 +16,7 @@ from nanoparallel.viz.widgets import CUSTOM
 MIXED = {"parameters": 2, "gradients": 2, "master weights": 4, "optimizer states": 8}
 
 
-@pytest.fixture(autouse=True)
-def quiet(capsys):
-    """Every test: no pyplot figure left open, nothing on stderr, no warning."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    assert plt.get_fignums() == []
-    assert capsys.readouterr().err == ""
-    assert [str(w.message) for w in caught] == []
+pytestmark = pytest.mark.usefixtures("quiet_pictures")
 
 
 def render(fig: Figure) -> None:

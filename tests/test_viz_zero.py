@@ -3,9 +3,7 @@ functions are read back from their artists; widgets are driven headless (set ``.
 call ``.click()``). Traces are built by hand, no processes."""
 import io
 import math
-import warnings
 
-import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
@@ -17,15 +15,7 @@ from nanoparallel.viz.zero import (DEFAULT_N, gathered_layers_held, layer_label,
                                    zero3_timeline_widget)
 
 
-@pytest.fixture(autouse=True)
-def quiet(capsys):
-    """Every test: no pyplot figure left open, nothing on stderr, no warning."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    assert plt.get_fignums() == []
-    assert capsys.readouterr().err == ""
-    assert [str(w.message) for w in caught] == []
+pytestmark = pytest.mark.usefixtures("quiet_pictures")
 
 
 def zero_memory_bytes(psi, k, n_d, stage, param_bytes=2, grad_bytes=2):

@@ -21,7 +21,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
 from nanoparallel.trace import Trace
-from nanoparallel.viz.timeline import COMPUTE_COLOR, op_color
+from nanoparallel.viz.timeline import COMPUTE_COLOR, op_color, style_rank_axes
 from nanoparallel.viz.units import human_bytes, human_seconds
 from nanoparallel.viz.widgets import clear_output, pre_html, show_figure
 
@@ -162,14 +162,7 @@ def plot_ddp_timeline(trace: Trace, ax=None, title: str | None = None, region: s
         ax.text(1.01, rank, f"hidden {s.fraction:.0%}\nexposed {human_seconds(s.exposed)}", transform=at_right,
                 ha="left", va="center", fontsize=8, color="#333333")
     ax.set_xlim(0, right * ms)
-    ax.set_ylim(n - 0.5, -0.5)
-    ax.set_yticks(range(n), [f"rank {r}" for r in range(n)])
-    ax.set_xlabel("time since the first event (ms)")
-    ax.tick_params(axis="y", length=0)
-    for spine in ("top", "right", "left"):
-        ax.spines[spine].set_visible(False)
-    ax.grid(axis="x", color="#e5e5e5", linewidth=0.6, zorder=0)
-    ax.set_axisbelow(True)
+    style_rank_axes(ax, n, "time since the first event (ms)")
     if title:
         ax.set_title(title, fontsize=10)
     handles = [Patch(facecolor=COMPUTE_COLOR, edgecolor="#8a8a8a", hatch="///", label="compute region (top lane)"),

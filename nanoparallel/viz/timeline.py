@@ -101,6 +101,18 @@ def _empty_figure(ax, title: str | None) -> Figure:
     return fig
 
 
+def style_rank_axes(ax, n_rows: int, xlabel: str) -> None:
+    """The look every per-rank timeline shares: one row per rank, rank 0 at the top, a light grid."""
+    ax.set_ylim(n_rows - 0.5, -0.5)
+    ax.set_yticks(range(n_rows), [f"rank {r}" for r in range(n_rows)])
+    ax.set_xlabel(xlabel)
+    ax.tick_params(axis="y", length=0)
+    for spine in ("top", "right", "left"):
+        ax.spines[spine].set_visible(False)
+    ax.grid(axis="x", color="#e5e5e5", linewidth=0.6, zorder=0)
+    ax.set_axisbelow(True)
+
+
 def plot_trace(trace: Trace, ax=None, title: str | None = None, show_bytes: bool = True) -> Figure:
     """Draw ``trace`` as a timeline and return the figure (``ax``'s figure if given).
 
@@ -182,14 +194,7 @@ def plot_trace(trace: Trace, ax=None, title: str | None = None, show_bytes: bool
                                      shrinkA=0, shrinkB=0, gid="message"))
 
     ax.set_xlim(0, t_right * ms)
-    ax.set_ylim(n_rows - 0.5, -0.5)  # rank 0 at the top
-    ax.set_yticks(range(n_rows), [f"rank {r}" for r in range(n_rows)])
-    ax.set_xlabel("time since the run began (ms)")
-    ax.tick_params(axis="y", length=0)
-    for spine in ("top", "right", "left"):
-        ax.spines[spine].set_visible(False)
-    ax.grid(axis="x", color="#e5e5e5", linewidth=0.6, zorder=0)
-    ax.set_axisbelow(True)
+    style_rank_axes(ax, n_rows, "time since the run began (ms)")
     if title:
         ax.set_title(title)
 

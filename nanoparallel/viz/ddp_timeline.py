@@ -23,7 +23,7 @@ from matplotlib.transforms import blended_transform_factory
 from nanoparallel.trace import Trace
 from nanoparallel.viz.timeline import COMPUTE_COLOR, op_color, style_rank_axes
 from nanoparallel.viz.units import human_bytes, human_seconds
-from nanoparallel.viz.widgets import clear_output, pre_html, show_figure
+from nanoparallel.viz.widgets import pre_html, show_failure, show_figure, trace_of
 
 # -- DDP timelines ------------------------------------------------------------------------
 
@@ -213,18 +213,12 @@ def ddp_timeline_widget(run_fn: Callable[[int | None], Trace], bucket_sizes=(2**
     box.figure = box.error = None
     box.traces = {}
 
-    def as_trace(result):
-        trace = result if isinstance(result, Trace) else getattr(result, "trace", result)
-        if not isinstance(trace, Trace):
-            raise TypeError(f"run_fn should return a Trace (or a RunResult), got {type(result).__name__}.")
-        return trace
-
     def go(_button=None):
         size = bucket.value
         button.disabled, button.description = True, "Running…"
         try:
-            box.traces = {"naive DDP: all-reduce after backward": as_trace(run_fn(None)),
-                          f"bucketed DDP, {human_bytes(size)} buckets": as_trace(run_fn(size))}
+            box.traces = {"naive DDP: all-reduce after backward": trace_of(run_fn(None)),
+                          f"bucketed DDP, {human_bytes(size)} buckets": trace_of(run_fn(size))}
             box.figure, box.error = plot_ddp_comparison(box.traces), None
             show_figure(out, box.figure)
             lines = []
@@ -235,9 +229,7 @@ def ddp_timeline_widget(run_fn: Callable[[int | None], Trace], bucket_sizes=(2**
                              f"{s.fraction:.0%} of it under backward, {human_seconds(s.exposed)} exposed")
             summary.value = pre_html("\n".join(lines))
         except Exception as exc:
-            box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
-            clear_output(out)
-            summary.value = pre_html(f"run_fn failed\n{box.error}", color="#c0392b")
+            show_failure(box, out, summary, "run_fn", exc)
         finally:
             button.disabled, button.description = False, "Run"
 

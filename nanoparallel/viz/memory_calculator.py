@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
 from nanoparallel.viz.units import human_bytes
-from nanoparallel.viz.widgets import CUSTOM, clear_output, log_slider_shows, pre_html, show_figure
+from nanoparallel.viz.widgets import CUSTOM, log_slider_shows, pre_html, show_failure, show_figure
 
 # Model sizes the course text talks about (parameters).
 MODEL_PRESETS = (
@@ -154,9 +154,8 @@ def memory_widget(breakdown_fn: Callable[..., Mapping[str, float]],
             box.figure = plot_memory(n, breakdown)
             box.breakdown, box.error = breakdown, None
         except Exception as exc:  # the learner's function failed: say so, keep the kernel calm
-            box.figure, box.breakdown, box.error = None, None, f"{type(exc).__name__}: {exc}"
-            clear_output(out)
-            table.value = pre_html(f"{getattr(fn, '__name__', 'breakdown_fn')}(...) failed\n{box.error}", color="#c0392b")
+            box.breakdown = None
+            show_failure(box, out, table, f"{getattr(fn, '__name__', 'breakdown_fn')}(...)", exc)
             return
         show_figure(out, box.figure)
         rows = [f"{name:<17}{b:>5g} B/param {human_bytes(n * b):>9}" for name, b in breakdown.items()]

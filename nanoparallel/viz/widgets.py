@@ -89,6 +89,21 @@ def pre_html(text: str, color: str = "inherit") -> str:
     return f'<pre style="color:{color}; font-size:12px; line-height:1.3">{html.escape(text)}</pre>'
 
 
+def trace_of(result) -> Trace:
+    """The trace of what a widget's run_fn returned: a Trace, or a RunResult carrying one."""
+    trace = result if isinstance(result, Trace) else getattr(result, "trace", result)
+    if not isinstance(trace, Trace):
+        raise TypeError(f"run_fn should return a Trace (or a RunResult), got {type(result).__name__}.")
+    return trace
+
+
+def show_failure(box, out: widgets.Output, text: widgets.HTML, call: str, exc: Exception) -> None:
+    """The learner's code failed: drop the figure and say so in red, in place; never raise."""
+    box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
+    clear_output(out)
+    text.value = pre_html(f"{call} failed\n{box.error}", color="#c0392b")
+
+
 def bandwidth_widget(links: Mapping | None = None) -> widgets.VBox:
     """A log slider for the message size (1 B to 100 GB), presets, and `plot_link_times`.
 
@@ -152,17 +167,13 @@ def trace_widget(run_fn: Callable[[int], Trace], world_sizes=(2, 3, 4)) -> widge
         run_button.disabled, run_button.description = True, "Running…"
         try:
             result = run_fn(n)
-            trace = result if isinstance(result, Trace) else getattr(result, "trace", result)
-            if not isinstance(trace, Trace):
-                raise TypeError(f"run_fn should return a Trace (or a RunResult), got {type(result).__name__}.")
+            trace = trace_of(result)
             box.figure = plot_trace(trace, title=f"{n} ranks")
             box.error = None
             show_figure(out, box.figure)
             summary.value = pre_html(trace.summary())
         except Exception as exc:  # the learner's code failed: say so in place, keep the kernel calm
-            box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
-            clear_output(out)
-            summary.value = pre_html(f"run_fn({n}) failed\n{box.error}", color="#c0392b")
+            show_failure(box, out, summary, f"run_fn({n})", exc)
         finally:
             run_button.disabled, run_button.description = False, "Run"
 

@@ -26,7 +26,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from nanoparallel.trace import Trace, TraceEvent
 from nanoparallel.viz.timeline import COMPUTE_COLOR, op_color
 from nanoparallel.viz.units import human_bytes
-from nanoparallel.viz.widgets import clear_output, log_slider_shows, pre_html, show_figure
+from nanoparallel.viz.widgets import log_slider_shows, pre_html, show_failure, show_figure, trace_of
 
 STAGES = (0, 1, 2, 3)
 STAGE_NAMES = {0: "DDP (stage 0)", 1: "ZeRO-1 (P_os)", 2: "ZeRO-2 (P_os+g)", 3: "ZeRO-3 (P_os+g+p)"}
@@ -139,9 +139,7 @@ def memory_widget(formula: Callable, psi: float = 7.5e9, k: int = 12, gpu_memory
             box.figure = plot_memory_per_gpu(formula, psi_now, k_slider.value, memory, n_values)
             box.error = None
         except Exception as exc:  # the learner's formula failed: say so in place
-            box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
-            clear_output(out)
-            fits.value = pre_html(f"formula(psi, k, n_d, stage) failed\n{box.error}", color="#c0392b")
+            show_failure(box, out, fits, "formula(psi, k, n_d, stage)", exc)
             return
         show_figure(out, box.figure)
         lines = [f"{'stage':<20}{'1 GPU':>10}{f'{n_values[-1]} GPUs':>12}   fits from"]
@@ -361,18 +359,14 @@ def zero3_timeline_widget(run_fn: Callable[[int, str], Trace], variants: Sequenc
         run_button.disabled, run_button.description = True, "Running…"
         try:
             result = run_fn(n, v)
-            trace = result if isinstance(result, Trace) else getattr(result, "trace", result)
-            if not isinstance(trace, Trace):
-                raise TypeError(f"run_fn should return a Trace (or a RunResult), got {type(result).__name__}.")
+            trace = trace_of(result)
             box.figure = plot_zero3_timeline(trace, title=f"{v}, {n} ranks: rank 0")
             box.error = None
             show_figure(out, box.figure)
             held = max(c for _, c in gathered_layers_held(trace, 0))
             summary.value = pre_html(f"{trace.summary()}\nmost gathered layers held at once on rank 0: {held}")
         except Exception as exc:  # the learner's code failed: say so in place
-            box.figure, box.error = None, f"{type(exc).__name__}: {exc}"
-            clear_output(out)
-            summary.value = pre_html(f"run_fn({n}, {v!r}) failed\n{box.error}", color="#c0392b")
+            show_failure(box, out, summary, f"run_fn({n}, {v!r})", exc)
         finally:
             run_button.disabled, run_button.description = False, "Run"
 

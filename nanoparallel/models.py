@@ -17,6 +17,7 @@ Notation: B batch, T time (sequence), C channels (n_embd), nh heads, hs head siz
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -68,6 +69,47 @@ class TinyMLP(nn.Module):
             if i < len(self.layers) - 1:
                 x = F.gelu(x)
         return x  # (B, d_out)
+
+
+class MLPStage(nn.Module):
+    """Layers ``[first, first + len(layers))`` of a `TinyMLP`, computing exactly that slice of its
+    forward: GELU after every layer except the model's last. A pipeline stage.
+
+    ``stage.full_name(name)`` gives a parameter's name in the whole model ("0.weight" of the
+    stage that starts at layer 4 is "layers.4.weight"), so stages can be compared with it.
+    """
+
+    def __init__(self, layers, first: int, n_layers: int):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.first, self.n_layers = first, n_layers  # n_layers: of the whole model
+        self.in_features = self.layers[0].in_features
+        self.out_features = self.layers[-1].out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (B, in_features)
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if self.first + i < self.n_layers - 1:
+                x = F.gelu(x)
+        return x  # (B, out_features)
+
+    def full_name(self, name: str) -> str:
+        index, rest = name.split(".", 2)[1:]
+        return f"layers.{self.first + int(index)}.{rest}"
+
+
+def mlp_stage(model: TinyMLP, stage: int, n_stages: int) -> MLPStage:
+    """A copy of stage ``stage`` of ``n_stages`` equal stages of ``model`` (layers split evenly)."""
+    n = len(model.layers)
+    if not 0 <= stage < n_stages:
+        raise ValueError(f"stage must be in 0..{n_stages - 1}, got {stage}")
+    if n % n_stages:
+        raise ValueError(f"{n} layers do not split into {n_stages} equal stages; "
+                         f"use MLPConfig(n_layers=...) with a multiple of {n_stages}")
+    per = n // n_stages
+    layers = [copy.deepcopy(layer) for layer in model.layers[stage * per:(stage + 1) * per]]
+    return MLPStage(layers, stage * per, n)
 
 
 def make_mlp_batch(batch_size: int, config: MLPConfig,

@@ -56,7 +56,9 @@ class WeightGradStore:
 
 class SavedActivations:
     """Bytes of the tensors autograd saved for backward that are still alive (``current``) and
-    the most at any time (``peak``). Parameters count as weights, not activations: excluded."""
+    the most at any time (``peak``). Weights are not activations: a Parameter is left out, and
+    so is any tensor sharing storage with one in ``exclude`` (autograd often saves a view of a
+    weight, such as its transpose, which is not the Parameter object itself)."""
 
     def __init__(self, exclude=()):
         self.current = 0

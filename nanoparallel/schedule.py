@@ -197,7 +197,7 @@ class Timeline:
     """When each op of each stage ran: simulated by `simulate`, or measured by `timeline_from_trace`."""
     ops: list[list[tuple[Op, float, float]]]           # per stage: (op, start, end)
     source: str = "simulated"
-    comm: list[list[tuple[float, float]]] = field(default_factory=list)  # measured p2p spans per stage
+    comm: list[list[tuple[float, float]]] = field(default_factory=list)  # measured waits for a message
 
     @property
     def p(self) -> int:
@@ -249,8 +249,9 @@ def simulate(schedule, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0, t_c
 def timeline_from_trace(trace, ranks=None) -> Timeline:
     """The ops a real run recorded as regions named like ``F3``, ``B3``, ``W3``, ``BW3``.
 
-    Rank r is stage r (or the r-th of ``ranks``). Times are seconds since the run began;
-    point-to-point calls are kept in ``comm`` so a picture can show them too.
+    Rank r is stage r (or the r-th of ``ranks``). Times are seconds since the run began. The
+    spans of receives are kept in ``comm``: the time a stage waited for a message (an isend's
+    span would only say when its work was waited on, often the end of the step).
     """
     ranks = list(range(trace.world_size)) if ranks is None else list(ranks)
     ops, comm = [], []
@@ -261,5 +262,5 @@ def timeline_from_trace(trace, ranks=None) -> Timeline:
             if op is not None:
                 stage.append((op, e.start, e.end))
         ops.append(sorted(stage, key=lambda x: x[1]))
-        comm.append([(e.start, e.end) for e in trace.comm(r) if e.end is not None])
+        comm.append([(e.start, e.end) for e in trace.comm(r) if e.op in ("recv", "irecv") and e.end is not None])
     return Timeline(ops, source="measured", comm=comm)

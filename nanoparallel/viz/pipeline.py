@@ -42,7 +42,7 @@ def _legend(ax, timelines: list[Timeline]) -> None:
     present = {op.kind for t in timelines for stage in t.ops for op, _, _ in stage}
     handles = [Patch(facecolor=KIND_COLORS[k], label=KIND_NAMES[k]) for k in KIND_COLORS if k in present]
     if any(t.source == "measured" and any(t.comm) for t in timelines):
-        handles.append(Patch(facecolor=COMM_COLOR, label="send / recv"))
+        handles.append(Patch(facecolor=COMM_COLOR, label="waiting in recv"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncols=max(len(handles), 1),
               frameon=False, fontsize=8)
 
@@ -52,7 +52,7 @@ def plot_schedule(timeline: Timeline, ax=None, title: str | None = None, unit: s
     """Draw ``timeline`` as a Gantt chart: stages as rows (stage 0 on top), ops as bars.
 
     White space is the bubble. A measured timeline (from `timeline_from_trace`) is drawn in
-    milliseconds, with its point-to-point calls as thin orange bars under the ops; a simulated
+    milliseconds, with its waits for messages (receives) as thin orange bars under the ops; a simulated
     one in the units of its op times. The subtitle gives step time, bubble and peak in-flight.
     """
     measured = timeline.source == "measured"

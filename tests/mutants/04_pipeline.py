@@ -5,7 +5,7 @@ One wrong answer per exercise per mutant keeps the number of autograde runs smal
 the issue's list: a loss not scaled by 1/m, a warm-up off by one, W before its B, neighbours
 sending to each other with blocking sends (a deadlock the engine names), activations sent without
 a gradient path, a schedule that works only while m >= p; and the lazy versions a check must
-not let through: a receive inside an op's region, activations kept after their backward, an
+not let through: a receive inside an op's region, activations kept after their backward (retain_graph), an
 executor that ignores its schedule, weight gradients computed in B, W's not postponed.
 """
 
@@ -309,14 +309,14 @@ def run_schedule(stage, batch, times, ops, m, store):
             if not last:
                 sends.append(dist.isend(out.detach(), rank + 1))
         elif kind in ("B", "BW"):
-            out, x = outputs[i], inputs[i]  # kept until the end of the step
+            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive
             grad = None
             if not last:
                 grad = torch.empty_like(out)
                 dist.recv(grad, rank + 1)
             seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
             with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad)
+                torch.autograd.backward(out, grad, retain_graph=True)  # keeps every saved activation
                 store.flush(i)
                 if kind == "BW":
                     store.pop(i)

@@ -1,0 +1,80 @@
+"""The pipeline plumbing of the engine: deferred weight gradients, the count of activations
+autograd saves for backward, and regions that occupy emulated device time."""
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+
+from nanoparallel import region
+from nanoparallel.pipeline import WeightGradStore, saved_activations
+
+
+def test_weight_grad_store_runs_each_micro_batch_when_asked():
+    store, ran = WeightGradStore(), []
+    store.put(lambda: ran.append("a0"))
+    store.put(lambda: ran.append("b0"))
+    store.flush(0)
+    store.put(lambda: ran.append("a1"))
+    store.flush(1)
+    assert store.pending() == [0, 1] and ran == []
+    assert store.pop(1) == 1 and ran == ["a1"]     # any order a schedule chooses
+    assert store.pop(0) == 2 and ran == ["a1", "a0", "b0"]
+    assert store.pop(0) == 0 and store.pending() == []
+
+
+def test_weight_grad_store_refuses_what_would_mix_micro_batches():
+    store = WeightGradStore()
+    store.flush(0)
+    with pytest.raises(RuntimeError, match="B0 ran twice"):
+        store.flush(0)
+    store.put(lambda: None)
+    with pytest.raises(RuntimeError, match="never flushed"):
+        store.pop(0)
+
+
+def test_saved_activations_count_what_backward_needs_and_release_it():
+    stage = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    xs = [torch.randn(4, 8) for _ in range(3)]
+    with saved_activations(exclude=list(stage.parameters())) as saved:
+        outs = [stage(x) for x in xs]
+        per_micro_batch = 4 * 8 * 4 + 2 * 4 * 16 * 4  # the input, GELU's input, the last Linear's input
+        assert saved.current == saved.peak == 3 * per_micro_batch
+        outs[0].sum().backward()
+        assert saved.current == 2 * per_micro_batch  # a backward frees its micro-batch
+        del outs
+        assert saved.current == 0 and saved.peak == 3 * per_micro_batch
+
+
+def test_saved_activations_leave_weights_out():
+    layer = nn.Linear(4, 4, bias=False)
+    with saved_activations() as saved:
+        layer(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    assert saved.peak == 2 * 4 * 4 + 4 * 4 * 4  # the input, and a view of the weight (not the Parameter)
+    with saved_activations(exclude=[layer.weight]) as saved:
+        layer(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    assert saved.peak == 2 * 4 * 4  # the input only
+
+
+def test_region_occupies_its_device_time_outside_a_cluster():
+    start = time.perf_counter()
+    with region("F0", device_time=0.05):
+        pass
+    assert time.perf_counter() - start >= 0.05
+    with pytest.raises(ValueError, match="device_time"):
+        with region("F0", device_time=-1):
+            pass
+
+
+def test_region_device_time_inside_a_cluster_shows_in_the_trace(cluster4):
+    def run():
+        with region("F0", device_time=0.03):
+            pass
+        with region("BW0"):
+            pass
+
+    out = cluster4.run(run)
+    for rank in range(4):
+        f, bw = out.trace.regions(rank)
+        assert (f.op, bw.op) == ("F0", "BW0")
+        assert f.duration >= 0.03 and bw.duration < 0.03

@@ -38,7 +38,7 @@ def test_one_bar_per_op_coloured_by_kind_with_the_bubble_in_the_title():
     assert all(b.get_facecolor()[:3] == pytest.approx(tuple(int(KIND_COLORS["F"][i:i + 2], 16) / 255 for i in (1, 3, 5)))
                for b in bars(fig, "F"))
     title = fig.axes[0].get_title()
-    assert "GPipe" in title and "bubble 6 time units = 50% of compute" in title and "[4, 4, 4]" in title
+    assert "GPipe" in title and "bubble 6 units = 50.0% of compute" in title and "[4, 4, 4]" in title
 
 
 def test_bars_sit_where_the_simulator_put_them():

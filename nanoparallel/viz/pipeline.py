@@ -29,12 +29,12 @@ COMM_COLOR = "#e6730b"
 
 def _summary(t: Timeline, unit: str, scale: float) -> str:
     return (f"step {t.step_time * scale:.3g} {unit}, bubble {t.bubble_time * scale:.3g} {unit} "
-            f"= {t.bubble_fraction:.0%} of compute; peak in-flight micro-batches per stage "
+            f"= {t.bubble_fraction:.1%} of compute; peak in-flight micro-batches per stage "
             f"{t.peak_in_flight}")
 
 
 def _scale(timeline: Timeline, unit: str | None) -> tuple[str, float]:
-    unit = unit or ("ms" if timeline.source == "measured" else "time units")
+    unit = unit or ("ms" if timeline.source == "measured" else "units")
     return unit, (1e3 if unit == "ms" else 1.0)
 
 
@@ -69,9 +69,10 @@ def plot_schedule(timeline: Timeline, ax=None, title: str | None = None, unit: s
             x, w = (a - t0) * scale, (b - a) * scale
             ax.add_patch(Rectangle((x, s - 0.38), w, 0.76, facecolor=KIND_COLORS[op.kind],
                                    edgecolor="white", linewidth=0.6, gid=op.kind))
-            if w > total * scale / 60:
-                ax.text(x + w / 2, s, str(op.mb), ha="center", va="center", fontsize=7,
-                        color="white" if op.kind != "W" else "black")
+            # "B3" where it fits, else just "3": the kind's letter tells teal B from blue F
+            label = str(op) if w > total * scale / 32 else str(op.mb) if w > total * scale / 60 else ""
+            ax.text(x + w / 2, s, label, ha="center", va="center", fontsize=7.5,
+                    color="white" if op.kind != "W" else "black")
         if measured and s < len(timeline.comm):
             for a, b in timeline.comm[s]:
                 ax.add_patch(Rectangle(((a - t0) * scale, s + 0.38), max((b - a) * scale, total * scale / 400),
@@ -141,7 +142,7 @@ def schedule_explorer(generators: Mapping[str, Callable[[int, int], list]],
             box.figure, box.error = plot_schedules(panels) if len(panels) > 1 else plot_schedule(
                 box.timeline, title=next(iter(panels))), None
             show_figure(out, box.figure)
-            summary.value = pre_html(_summary(box.timeline, "time units", 1.0))
+            summary.value = pre_html(_summary(box.timeline, "units", 1.0))
         except Exception as exc:  # the learner's generator failed: say so, keep the widget alive
             show_failure(box, out, summary, f"{name}({pp}, {mm})", exc)
 

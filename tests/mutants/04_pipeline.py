@@ -5,7 +5,7 @@ One wrong answer per exercise per mutant keeps the number of autograde runs smal
 the issue's list: a loss not scaled by 1/m, a warm-up off by one, W before its B, neighbours
 sending to each other with blocking sends (a deadlock the engine names), activations sent without
 a gradient path, a schedule that works only while m >= p; and the lazy versions a check must
-not let through: a receive inside an op's region, activations kept after their backward (retain_graph), an
+not let through: a receive inside an op's region, activations kept after their backward (the graph retained and referenced), an
 executor that ignores its schedule, weight gradients computed in B, W's not postponed.
 """
 
@@ -41,7 +41,12 @@ def layerwise_step(stage, batch, times):
 ''',
         'gpipe': '''
 def gpipe_step(stage, batch, times, m):
-    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`."""
+    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.
+
+    batch: (inputs (b, d_in), targets (b, d_out)), split with split_batch(batch, m); only send
+    and recv. Returns the step's loss (sum of the m scaled losses) as a float on the last rank,
+    None on the others.
+    """
     rank, P = dist.get_rank(), dist.get_world_size()
     last = rank == P - 1
     inputs, outputs, total = [], [], 0.0
@@ -92,7 +97,12 @@ def one_f_one_b_schedule(p, m):
 ''',
         'executor': '''
 def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`."""
+    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
+
+    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
+    every send before returning. Each op runs inside region(str(op), device_time=...).
+    Returns the step's loss as a float on the last rank, None on the others.
+    """
     rank, P = dist.get_rank(), dist.get_world_size()
     last = rank == P - 1
     micro = split_batch(batch, m)
@@ -237,7 +247,12 @@ def layerwise_step(stage, batch, times):
 ''',
         'gpipe': '''
 def gpipe_step(stage, batch, times, m):
-    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`."""
+    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.
+
+    batch: (inputs (b, d_in), targets (b, d_out)), split with split_batch(batch, m); only send
+    and recv. Returns the step's loss (sum of the m scaled losses) as a float on the last rank,
+    None on the others.
+    """
     rank, P = dist.get_rank(), dist.get_world_size()
     last = rank == P - 1
     inputs, outputs, total = [], [], 0.0
@@ -288,7 +303,12 @@ def one_f_one_b_schedule(p, m):
 ''',
         'executor': '''
 def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`."""
+    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
+
+    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
+    every send before returning. Each op runs inside region(str(op), device_time=...).
+    Returns the step's loss as a float on the last rank, None on the others.
+    """
     rank, P = dist.get_rank(), dist.get_world_size()
     last = rank == P - 1
     micro = split_batch(batch, m)
@@ -309,14 +329,14 @@ def run_schedule(stage, batch, times, ops, m, store):
             if not last:
                 sends.append(dist.isend(out.detach(), rank + 1))
         elif kind in ("B", "BW"):
-            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive
+            out, x = outputs[i], inputs[i]  # kept to the end of the step
             grad = None
             if not last:
                 grad = torch.empty_like(out)
                 dist.recv(grad, rank + 1)
             seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
             with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad, retain_graph=True)  # keeps every saved activation
+                torch.autograd.backward(out, grad, retain_graph=True)  # and with them every saved activation
                 store.flush(i)
                 if kind == "BW":
                     store.pop(i)

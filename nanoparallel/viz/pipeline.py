@@ -29,7 +29,7 @@ COMM_COLOR = "#e6730b"
 
 def _summary(t: Timeline, unit: str, scale: float) -> str:
     return (f"step {t.step_time * scale:.3g} {unit}, bubble {t.bubble_time * scale:.3g} {unit} "
-            f"= {t.bubble_fraction:.1%} of compute; peak in-flight micro-batches per stage "
+            f"= {t.bubble_fraction:.1%} of compute; most micro-batches between F and B, per stage: "
             f"{t.peak_in_flight}")
 
 

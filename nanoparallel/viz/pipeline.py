@@ -120,9 +120,11 @@ def schedule_explorer(generators: Mapping[str, Callable[[int, int], list]],
     if not names:
         raise ValueError("schedule_explorer needs at least one schedule generator.")
     schedule = widgets.Dropdown(options=names, value=names[-1], description="schedule")
-    p_slider = widgets.IntSlider(value=p, min=1, max=8, description="stages p")
-    m_slider = widgets.IntSlider(value=m, min=1, max=16, description="micro-batches m")
-    times = [widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.1, description=label)
+    wide = {"description_width": "110px"}  # room for "micro-batches m" without truncation
+    schedule.style = wide
+    p_slider = widgets.IntSlider(value=p, min=1, max=8, description="stages p", style=wide)
+    m_slider = widgets.IntSlider(value=m, min=1, max=16, description="micro-batches m", style=wide)
+    times = [widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.1, description=label, style=wide)
              for label in ("T_F", "T_B", "T_W")]
     out, summary = widgets.Output(), widgets.HTML()
     controls = widgets.VBox([schedule, p_slider, m_slider, *times])

@@ -12,10 +12,11 @@
         out = cluster.run(hello)      # [10.0, 10.0, 10.0, 10.0]
         print(out.trace.summary())    # who sent what to whom
 
-Each rank is a spawned process with one thread and a gloo (or NCCL) process group. Functions,
-including ones defined in a notebook cell, travel by value (cloudpickle). A failing rank
-raises `RankError`; a run that misses its deadline raises `DeadlockError` naming what each
-rank waits for. Either way the cluster is usable again for the next call.
+Each rank is a process with one thread and a gloo (or NCCL) process group, forked from a server
+that has imported torch once (or spawned, where there is no fork server). Functions, including
+ones defined in a notebook cell, travel by value (cloudpickle). A failing rank raises
+`RankError`; a run that misses its deadline raises `DeadlockError` naming what each rank waits
+for. Either way the cluster is usable again for the next call.
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ DEFAULT_TIMEOUT = 10.0    # seconds; well below nbgrader's 30 s cell timeout
 ERROR_GRACE = 1.0         # after one rank fails, how long the others get to finish
 GLOO_TIMEOUT = 600.0      # the parent's deadline always fires first; this only bounds strays
 _WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+# What a fork server imports once, so that a new rank does not: importing torch takes a second
+# or more of CPU per rank, paid at a kernel's first Cluster and again after every deadlock.
+_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "nanoparallel.worker", "nanoparallel.tracing"]
 
 
 class RunResult(list):
@@ -66,15 +70,25 @@ class Cluster:
     backend        "gloo" (CPU, the default) or "nccl" (one GPU per rank)
     timeout        seconds a run may take before it raises `DeadlockError`; settable later
     start_timeout  seconds to wait for new workers to import torch and join the group
+    start_method   "forkserver" (the default where available: ranks fork from a server that
+                   imported torch once) or "spawn" (each rank imports torch itself)
     """
 
     def __init__(self, world_size: int = 4, *, backend: str = "gloo",
-                 timeout: float = DEFAULT_TIMEOUT, start_timeout: float = 180.0):
+                 timeout: float = DEFAULT_TIMEOUT, start_timeout: float = 180.0,
+                 start_method: str | None = None):
         self._world_size = _check_world_size(world_size, backend)
         self.backend = backend
         self.timeout = timeout
         self.start_timeout = start_timeout
-        self._ctx = mp.get_context("spawn")
+        self.start_method = start_method or default_start_method()
+        if self.start_method not in ("forkserver", "spawn"):
+            raise ClusterError(f"start_method must be 'forkserver' or 'spawn', got {self.start_method!r}.")
+        # Never plain fork: the parent may already run torch's thread pool, and a forked
+        # child can then hang on its first parallel op. The fork server is a clean process.
+        self._ctx = mp.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            self._ctx.set_forkserver_preload(_PRELOAD)
         self._tmpdir = tempfile.mkdtemp(prefix="nanoparallel-")
         self.log_path = os.path.join(self._tmpdir, "workers.log")
         self._board = StatusBoard(self._ctx, MAX_WORLD_SIZE)
@@ -215,7 +229,8 @@ class Cluster:
             for rank in range(len(self._workers), count):
                 parent_conn, child_conn = self._ctx.Pipe()
                 process = self._ctx.Process(
-                    target=worker_main, args=(rank, child_conn, self._board, self.log_path),
+                    target=worker_main,
+                    args=(rank, child_conn, self._board, self.log_path, env, os.getpid()),
                     name=f"nanoparallel-rank{rank}", daemon=True)
                 process.start()
                 child_conn.close()
@@ -268,6 +283,10 @@ class Cluster:
 
 
 # -- helpers (no cluster state) -----------------------------------------------------------
+
+def default_start_method() -> str:
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
 
 def _check_world_size(world_size, backend: str) -> int:
     if isinstance(world_size, bool) or not isinstance(world_size, int):

@@ -91,6 +91,8 @@ def test_interrupt_during_a_hung_run_kills_the_stuck_workers():
                 dist.recv(torch.zeros(1), src=1)
 
         if __name__ == "__main__":
+            # A shell's background job inherits SIGINT ignored; Python then never raises it.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             c = Cluster(world_size=2, timeout=120)
             print(*c.pids, flush=True)
             threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

@@ -13,7 +13,7 @@ NB         ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 ASSIGNMENTS = $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: setup lab test validate release autograde feedback grades bench clean
+.PHONY: setup lab test test-fast validate release autograde feedback grades bench clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,11 @@ lab: setup
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The inner loop: the engine, pictures, widgets and pure functions; no notebook is executed or
+# autograded and no browser starts (under 2 minutes). `make test` remains the full suite.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not notebooks and not browser" $(PYTEST_ARGS)
 
 validate: setup
 	@test -n "$(NB)" || (echo "usage: make validate NB=course/00_welcome/00_welcome.ipynb" && exit 2)

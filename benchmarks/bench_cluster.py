@@ -1,5 +1,6 @@
-"""Engine performance, side by side in one run: cold start, warm `cluster.run` against
-`torch.multiprocessing.spawn` doing the same work, and the cost of tracing.
+"""Engine performance, side by side in one run: cold start (spawned ranks against ranks forked
+from a server that imported torch once), warm `cluster.run` against `torch.multiprocessing.spawn`
+doing the same work, and the cost of tracing.
 
     python benchmarks/bench_cluster.py        (or: make bench)
 
@@ -71,14 +72,18 @@ def median_time(fn, repeats: int) -> float:
 
 def main() -> None:
     print(f"nanoparallel engine benchmark: {WORLD} ranks, gloo, {os.cpu_count()} CPU cores, torch {torch.__version__}")
-    colds = []
-    for _ in range(3):
-        start = time.perf_counter()
-        cluster = Cluster(world_size=WORLD)
-        colds.append(time.perf_counter() - start)
-        cluster.close()
-    print(f"cold start of a {WORLD}-rank cluster:          median {statistics.median(colds):6.2f} s   (target <= 5 s; runs: "
-          + ", ".join(f"{c:.2f}" for c in colds) + ")")
+    # Cold start both ways, side by side. A fork server imports torch once, at the first
+    # Cluster of a process (the first run below), then each rank forks from it; spawn imports
+    # torch in every rank, every time (a kernel's first Cluster, and after every deadlock).
+    for method in ("spawn", "forkserver"):
+        colds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            cluster = Cluster(world_size=WORLD, start_method=method)
+            colds.append(time.perf_counter() - start)
+            cluster.close()
+        print(f"cold start, {method + ':':<11} {WORLD} ranks: median {statistics.median(colds):6.2f} s   "
+              f"(target <= 5 s; runs: " + ", ".join(f"{c:.2f}" for c in colds) + ")")
 
     with Cluster(world_size=WORLD) as cluster:
         cluster.run(tiny_all_reduce)

@@ -41,3 +41,42 @@ class StatusBoard:
         if state == DONE:
             return "finished"
         return "not started"
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """CPU time a process has used so far (user + system, all threads, in clock ticks); None
+    where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class StallWatch:
+    """Tells a deadlock from slow work before the deadline: every unfinished rank is inside a
+    torch.distributed call (the board says which), none has moved to another call, and none has
+    used any CPU, for `seconds`. A transfer in progress burns CPU, and a rank computing or
+    sleeping (emulated device time) is outside a call, so neither looks stalled."""
+
+    POLL = 0.25  # seconds between looks
+
+    def __init__(self, board: StatusBoard, seconds: float):
+        self.board, self.seconds = board, seconds
+        self._last, self._since = None, time.monotonic()
+
+    def stalled(self, pids: dict[int, int | None]) -> bool:
+        """`pids`: rank -> process id of each rank that has not answered yet."""
+        now = time.monotonic()
+        state = []
+        for rank, pid in sorted(pids.items()):
+            kind, since, what = self.board.read(rank)
+            ticks = cpu_ticks(pid) if pid else None
+            if kind != COMM or ticks is None:
+                self._last, self._since = None, now
+                return False
+            state.append((rank, since, ticks))
+        if state != self._last:
+            self._last, self._since = state, now
+        return now - self._since >= self.seconds

@@ -12,10 +12,11 @@
         out = cluster.run(hello)      # [10.0, 10.0, 10.0, 10.0]
         print(out.trace.summary())    # who sent what to whom
 
-Each rank is a spawned process with one thread and a gloo (or NCCL) process group. Functions,
-including ones defined in a notebook cell, travel by value (cloudpickle). A failing rank
-raises `RankError`; a run that misses its deadline raises `DeadlockError` naming what each
-rank waits for. Either way the cluster is usable again for the next call.
+Each rank is a process with one thread and a gloo (or NCCL) process group, forked from a server
+that has imported torch once (or spawned, where there is no fork server). Functions, including
+ones defined in a notebook cell, travel by value (cloudpickle). A failing rank raises
+`RankError`; a run that misses its deadline raises `DeadlockError` naming what each rank waits
+for. Either way the cluster is usable again for the next call.
 """
 from __future__ import annotations
 
@@ -32,16 +33,20 @@ from contextlib import contextmanager
 
 import cloudpickle
 
-from nanoparallel.board import StatusBoard
+from nanoparallel.board import StallWatch, StatusBoard
 from nanoparallel.errors import ClusterError, DeadlockError, deadlock_message, rank_error
 from nanoparallel.trace import Trace
 from nanoparallel.worker import worker_main
 
 MAX_WORLD_SIZE = 32       # each rank is a process with its own copy of torch (~0.3 GB)
 DEFAULT_TIMEOUT = 10.0    # seconds; well below nbgrader's 30 s cell timeout
+STALL_ENV = "NANOPARALLEL_STALL_TIMEOUT"  # the default of `stall_timeout` (the test suite sets it)
 ERROR_GRACE = 1.0         # after one rank fails, how long the others get to finish
 GLOO_TIMEOUT = 600.0      # the parent's deadline always fires first; this only bounds strays
 _WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+# What a fork server imports once, so that a new rank does not: importing torch takes a second
+# or more of CPU per rank, paid at a kernel's first Cluster and again after every deadlock.
+_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "nanoparallel.worker", "nanoparallel.tracing"]
 
 
 class RunResult(list):
@@ -65,16 +70,31 @@ class Cluster:
     world_size     ranks to run on (1 to 32); `resize` changes it later
     backend        "gloo" (CPU, the default) or "nccl" (one GPU per rank)
     timeout        seconds a run may take before it raises `DeadlockError`; settable later
+    stall_timeout  if set (Linux), a run also raises `DeadlockError` once every unfinished rank
+                   has waited this many seconds inside a torch.distributed call using no CPU,
+                   which no run that is making progress does; default: $NANOPARALLEL_STALL_TIMEOUT
+                   or off, so a deadlock costs the whole `timeout`
     start_timeout  seconds to wait for new workers to import torch and join the group
+    start_method   "forkserver" (the default where available: ranks fork from a server that
+                   imported torch once) or "spawn" (each rank imports torch itself)
     """
 
     def __init__(self, world_size: int = 4, *, backend: str = "gloo",
-                 timeout: float = DEFAULT_TIMEOUT, start_timeout: float = 180.0):
+                 timeout: float = DEFAULT_TIMEOUT, start_timeout: float = 180.0,
+                 start_method: str | None = None, stall_timeout: float | None = None):
         self._world_size = _check_world_size(world_size, backend)
         self.backend = backend
         self.timeout = timeout
         self.start_timeout = start_timeout
-        self._ctx = mp.get_context("spawn")
+        self.stall_timeout = stall_timeout if stall_timeout is not None else _env_seconds(STALL_ENV)
+        self.start_method = start_method or default_start_method()
+        if self.start_method not in ("forkserver", "spawn"):
+            raise ClusterError(f"start_method must be 'forkserver' or 'spawn', got {self.start_method!r}.")
+        # Never plain fork: the parent may already run torch's thread pool, and a forked
+        # child can then hang on its first parallel op. The fork server is a clean process.
+        self._ctx = mp.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            self._ctx.set_forkserver_preload(_PRELOAD)
         self._tmpdir = tempfile.mkdtemp(prefix="nanoparallel-")
         self.log_path = os.path.join(self._tmpdir, "workers.log")
         self._board = StatusBoard(self._ctx, MAX_WORLD_SIZE)
@@ -157,7 +177,7 @@ class Cluster:
         for w in active:
             w.conn.send(("run", payload, t0))
         try:
-            replies, stuck = self._collect(active, t0)
+            replies, stuck, waited = self._collect(active, t0)
         except KeyboardInterrupt:
             self._restart()
             raise
@@ -178,20 +198,23 @@ class Cluster:
             self._group_ready = False  # unmatched messages may linger: start a fresh group
         if errors:
             raise rank_error(errors, waiting) from None
-        raise DeadlockError(deadlock_message(waiting, self.timeout), waiting) from None
+        raise DeadlockError(deadlock_message(waiting, min(waited, self.timeout)), waiting) from None
 
     def _collect(self, active, t0):
-        """Wait for every active rank's reply; return (replies, ranks still running)."""
+        """Wait for every active rank's reply; return (replies, ranks still running, seconds
+        waited before giving up on them)."""
         replies: dict[int, tuple] = {}
         deadline = t0 + self.timeout
         pending = {w.rank: w for w in active}
+        stall = StallWatch(self._board, self.stall_timeout) if self.stall_timeout else None
         while pending:
             remaining = deadline - time.perf_counter()
-            if remaining <= 0:
+            if remaining <= 0 or (stall and stall.stalled({r: w.pid for r, w in pending.items()})):
                 break
             handles = {w.conn: w for w in pending.values()}
             handles.update({w.process.sentinel: w for w in pending.values()})
-            for ready in mp.connection.wait(list(handles), timeout=remaining):
+            step = min(remaining, StallWatch.POLL) if stall else remaining
+            for ready in mp.connection.wait(list(handles), timeout=step):
                 w = handles[ready]
                 if w.rank not in pending:
                     continue
@@ -202,7 +225,7 @@ class Cluster:
                 del pending[w.rank]
                 if replies[w.rank][0] == "error":
                     deadline = min(deadline, time.perf_counter() + ERROR_GRACE)
-        return replies, sorted(pending)
+        return replies, sorted(pending), time.perf_counter() - t0
 
     # -- process management ----------------------------------------------------------------
 
@@ -215,7 +238,8 @@ class Cluster:
             for rank in range(len(self._workers), count):
                 parent_conn, child_conn = self._ctx.Pipe()
                 process = self._ctx.Process(
-                    target=worker_main, args=(rank, child_conn, self._board, self.log_path),
+                    target=worker_main,
+                    args=(rank, child_conn, self._board, self.log_path, env, os.getpid()),
                     name=f"nanoparallel-rank{rank}", daemon=True)
                 process.start()
                 child_conn.close()
@@ -268,6 +292,15 @@ class Cluster:
 
 
 # -- helpers (no cluster state) -----------------------------------------------------------
+
+def _env_seconds(name: str) -> float | None:
+    value = os.environ.get(name, "").strip()
+    return float(value) if value else None
+
+
+def default_start_method() -> str:
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
 
 def _check_world_size(world_size, backend: str) -> int:
     if isinstance(world_size, bool) or not isinstance(world_size, int):

@@ -17,9 +17,20 @@ import traceback
 import warnings
 
 
-def _die_with_parent() -> None:
-    """A worker must never outlive its parent, even one killed with SIGKILL."""
+def _die_with_parent(owner: int) -> None:
+    """A worker must never outlive the cluster's process (`owner`), even one killed with SIGKILL.
+
+    Spawned, the owner is our parent. Started by a fork server, our parent is the server: we
+    let go of our copy of its "alive" pipe, so that the server exits as soon as the owner does,
+    and PR_SET_PDEATHSIG (bound to the parent) then takes us with it.
+    """
     parent = os.getppid()
+    if parent != owner:
+        from multiprocessing import forkserver
+        server = forkserver._forkserver
+        if getattr(server, "_forkserver_alive_fd", None) is not None:
+            os.close(server._forkserver_alive_fd)
+            server._forkserver_alive_fd = None
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
@@ -29,11 +40,21 @@ def _die_with_parent() -> None:
             pass
 
     def watch():  # a portable fallback for systems without PR_SET_PDEATHSIG
-        while os.getppid() == parent:
+        while os.getppid() == parent and _exists(owner):
             time.sleep(0.5)
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _silence(log_path: str) -> None:
@@ -62,8 +83,10 @@ def _error_info(exc: BaseException) -> dict:
     }
 
 
-def worker_main(rank: int, conn, board, log_path: str) -> None:
-    _die_with_parent()
+def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) -> None:
+    # A fork server's environment is the one it started with: set ours (GLOO_SOCKET_IFNAME...).
+    os.environ.update(env)
+    _die_with_parent(owner)
     _silence(log_path)
     import cloudpickle
     import torch

@@ -8,8 +8,9 @@ from nanoparallel import Cluster
 
 @pytest.fixture(scope="session")
 def cluster():
-    """One 4-rank cluster for the engine tests; tests that need another size call resize()."""
-    with Cluster(world_size=4, timeout=5.0) as c:
+    """One 4-rank cluster for the engine tests; tests that need another size call resize().
+    Deadlocks wait for the whole deadline here (no stall detection), whatever the environment."""
+    with Cluster(world_size=4, timeout=5.0, stall_timeout=0) as c:
         yield c
 
 

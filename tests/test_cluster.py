@@ -115,6 +115,50 @@ def test_async_wait_is_named_in_a_deadlock(cluster4):
     assert info.value.waiting[1].startswith("wait on irecv(src=3) pending")
 
 
+@pytest.fixture
+def stall_after_1s(cluster4):
+    """The session cluster, calling a run that waits 1 s in calls, using no CPU, a deadlock."""
+    cluster4.stall_timeout, cluster4.timeout = 1.0, 30.0
+    yield cluster4
+    cluster4.stall_timeout, cluster4.timeout = 0, 5.0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_stall_is_a_deadlock_long_before_the_deadline(stall_after_1s):
+    def lonely_recv():
+        if dist.get_rank() == 0:
+            dist.recv(torch.zeros(1), src=1)
+
+    with pytest.raises(DeadlockError) as info:
+        stall_after_1s.run(lonely_recv)
+    assert info.value.waiting[0].startswith("recv(src=1) pending")
+    assert info.value.waiting[1] == "finished"
+    seconds = float(str(info.value).split("within ")[1].split(" s")[0])
+    assert 1.0 <= seconds < 10.0, str(info.value)  # the deadline is 30 s
+    assert stall_after_1s.run(summed, 0.0) == [6.0] * 4
+
+
+def test_slow_work_is_not_a_stall(stall_after_1s):
+    """A peer sleeping (emulated device time) or computing is outside any call, and a large
+    transfer uses CPU: none of them is called a deadlock, however long the others wait."""
+    def late_sender(busy):
+        import time
+        if dist.get_rank() == 1:
+            end = time.perf_counter() + 2.5
+            while busy and time.perf_counter() < end:
+                pass
+            time.sleep(0 if busy else 2.5)
+            dist.send(torch.ones(1), dst=0)
+        if dist.get_rank() == 0:
+            dist.recv(torch.zeros(1), src=1)
+        for _ in range(3):
+            dist.all_reduce(torch.ones(4 << 20))  # 16 MiB
+        return dist.get_rank()
+
+    assert stall_after_1s.run(late_sender, False) == [0, 1, 2, 3]
+    assert stall_after_1s.run(late_sender, True) == [0, 1, 2, 3]
+
+
 def test_a_dying_rank_is_reported_and_replaced(cluster4):
     def exit_on_one():
         if dist.get_rank() == 1:

@@ -52,12 +52,24 @@ def run_script(body: str, **kwargs) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def test_workers_die_with_a_killed_parent():
-    proc = run_script("""
-        import time
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("hung", [False, True], ids=["idle", "hung"])
+def test_workers_die_with_a_killed_parent(start_method, hung):
+    """Idle ranks would see their pipe close; a rank hung in gloo must be killed all the same."""
+    proc = run_script(f"""
+        import threading, time
+        import torch, torch.distributed as dist
         from nanoparallel import Cluster
+
+        def hang():
+            if dist.get_rank() == 0:
+                dist.recv(torch.zeros(1), src=1)
+
         if __name__ == "__main__":
-            c = Cluster(world_size=2)
+            c = Cluster(world_size=2, timeout=120, start_method={start_method!r})
+            if {hung}:
+                threading.Thread(target=c.run, args=(hang,), daemon=True).start()
+                time.sleep(1.0)  # rank 0 is now blocked in recv
             print(*c.pids, flush=True)
             time.sleep(120)
     """)
@@ -79,6 +91,8 @@ def test_interrupt_during_a_hung_run_kills_the_stuck_workers():
                 dist.recv(torch.zeros(1), src=1)
 
         if __name__ == "__main__":
+            # A shell's background job inherits SIGINT ignored; Python then never raises it.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             c = Cluster(world_size=2, timeout=120)
             print(*c.pids, flush=True)
             threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

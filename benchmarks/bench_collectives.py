@@ -14,40 +14,27 @@ Python's per-call overhead, decides. Shared machines are noisy: treat single run
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from nanoparallel import Cluster
 from nanoparallel.viz.units import human_rate
+from solution_cells import run_cells
 
 WORLD = 4
-SOLUTION = Path(__file__).resolve().parent.parent / "solutions" / "01_collectives" / "01_collectives.ipynb"
 CELLS = ("ring_reduce_scatter", "ring_all_gather", "ring_all_reduce")
 SIZES = [1 << k for k in range(10, 27, 2)]  # bytes: 1 KiB, 4 KiB, ..., 64 MiB
 TARGET_RATIO, TARGET_FROM = 1.5, 16 << 20
 
 
-def load_ring_all_reduce(path: Path = SOLUTION):
+def load_ring_all_reduce():
     """The solution notebook's ring_all_reduce (and the two functions it calls)."""
-    cells = json.loads(path.read_text())["cells"]
     namespace = {"__name__": "solution_01_collectives", "torch": torch, "dist": dist}
-    found = set()
-    for cell in cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in CELLS:
-            source = "".join(cell["source"])
-            exec(compile(source, f"{path.name}:{grade_id}", "exec"), namespace)
-            found.add(grade_id)
-    missing = set(CELLS) - found
-    if missing:
-        raise RuntimeError(f"{path} has no solution cell(s) {sorted(missing)}")
-    return namespace["ring_all_reduce"]
+    return run_cells("01_collectives", CELLS, namespace)["ring_all_reduce"]
 
 
 def time_both(ring_all_reduce, nbytes: int, repeats: int, warmup: int = 2):

@@ -14,35 +14,17 @@ are noisy: quote medians and ratios, run on an idle machine.
 """
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 from nanoparallel import Cluster
+from solution_cells import run_cells
 
-SOLUTION = Path(__file__).resolve().parent.parent / "solutions" / "04_pipeline" / "04_pipeline.ipynb"
 CELLS = ("setup", "layerwise", "gpipe", "schedules", "executor", "split", "split_helpers", "zb_h1")
 P, M, REPEATS = 4, 8, 5
 
 
-def load_solution(path: Path = SOLUTION) -> dict:
-    """The solution notebook's setup and answer cells, executed into one namespace."""
-    namespace = {"__name__": "solution_04_pipeline"}
-    found = set()
-    for cell in json.loads(path.read_text())["cells"]:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in CELLS:
-            source = "".join(line for line in cell["source"] if not line.startswith("%"))  # no IPython magics
-            exec(compile(source, f"{path.name}:{grade_id}", "exec"), namespace)
-            found.add(grade_id)
-    missing = set(CELLS) - found
-    if missing:
-        raise RuntimeError(f"{path} has no cell(s) {sorted(missing)}")
-    return namespace
-
-
 def main() -> None:
-    ns = load_solution()
+    ns = run_cells("04_pipeline", CELLS, {"__name__": "solution_04_pipeline"})
     cfg = ns["MLPConfig"](n_layers=8, d_hidden=32, seed=1)
     model = ns["TinyMLP"](cfg)
     batch = [ns["make_mlp_batch"](16, cfg, seed=0)]

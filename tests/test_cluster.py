@@ -79,11 +79,13 @@ def test_every_rank_raising_reports_all(cluster4):
     assert cluster4.run(rank_and_size)[3] == (3, 4)
 
 
-def test_mismatched_recv_is_a_deadlock_naming_the_op(cluster4):
-    def lonely_recv():
-        if dist.get_rank() == 0:
-            dist.recv(torch.zeros(1), src=1)
+def lonely_recv():
+    """Rank 0 waits for a message rank 1 never sends."""
+    if dist.get_rank() == 0:
+        dist.recv(torch.zeros(1), src=1)
 
+
+def test_mismatched_recv_is_a_deadlock_naming_the_op(cluster4):
     with pytest.raises(DeadlockError) as info:
         cluster4.run(lonely_recv)
     assert info.value.waiting[0].startswith("recv(src=1) pending")
@@ -125,10 +127,6 @@ def stall_after_1s(cluster4):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_a_stall_is_a_deadlock_long_before_the_deadline(stall_after_1s):
-    def lonely_recv():
-        if dist.get_rank() == 0:
-            dist.recv(torch.zeros(1), src=1)
-
     with pytest.raises(DeadlockError) as info:
         stall_after_1s.run(lonely_recv)
     assert info.value.waiting[0].startswith("recv(src=1) pending")

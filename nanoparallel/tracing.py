@@ -43,17 +43,21 @@ class Tracer:
         self.board = board
         self.events: list[TraceEvent] = []
         self.pending: list[TracedWork] = []
+        # output storage -> (output, work) of functional collectives not yet waited on
+        self.awaited_outputs: dict[int, tuple] = {}
         self.t0 = time.perf_counter()
         self._local = threading.local()
 
     def begin(self, t0: float) -> None:
         self.events, self.pending, self.t0 = [], [], t0
+        self.awaited_outputs.clear()
 
     def finish(self) -> list[TraceEvent]:
         """Events of the run; async works never waited on are kept with ``end=None``."""
         for work in self.pending:
             self.events.append(work.event(end=None))
         events, self.events, self.pending = self.events, [], []
+        self.awaited_outputs.clear()
         return events
 
     def now(self) -> float:

@@ -92,13 +92,14 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
     import torch
     import torch.distributed as dist
 
-    from nanoparallel import tracing
+    from nanoparallel import tracing, tracing_functional
     from nanoparallel.board import DONE, RUNNING
     from nanoparallel.context import set_current_tracer
 
     torch.set_num_threads(1)
     tracer = tracing.Tracer(rank, board)
     tracing.install(tracer)
+    tracing_functional.install(tracer)
     set_current_tracer(tracer)
     conn.send(("hello", os.getpid()))
 

@@ -56,29 +56,36 @@ class WeightGradStore:
 
 class SavedActivations:
     """Bytes of the tensors autograd saved for backward that are still alive (``current``) and
-    the most at any time (``peak``). Weights are not activations: a Parameter is left out, and
-    so is any tensor sharing storage with one in ``exclude`` (autograd often saves a view of a
-    weight, such as its transpose, which is not the Parameter object itself)."""
+    the most at any time (``peak``). Memory is counted once per storage, however many ops save
+    it (q, k and v of an attention all save the same input) or views of it. Weights are not
+    activations: a Parameter is left out, and so is any tensor sharing storage with one in
+    ``exclude`` (autograd often saves a view of a weight, such as its transpose)."""
 
     def __init__(self, exclude=()):
         self.current = 0
         self.peak = 0
         self._exclude = {t.untyped_storage().data_ptr() for t in exclude}
-        self._hooks = None
+        self._holders: dict[int, int] = {}  # storage address -> saved tensors alive that use it
 
     def _pack(self, t: torch.Tensor):
-        if isinstance(t, torch.nn.Parameter) or t.untyped_storage().data_ptr() in self._exclude:
-            return _Saved(t)
-        nbytes = t.numel() * t.element_size()
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
         holder = _Saved(t)
-        self.current += nbytes
-        self.peak = max(self.peak, self.current)
+        if isinstance(t, torch.nn.Parameter) or ptr in self._exclude:
+            return holder
+        if self._holders.get(ptr, 0) == 0:
+            self.current += storage.nbytes()
+            self.peak = max(self.peak, self.current)
+        self._holders[ptr] = self._holders.get(ptr, 0) + 1
         # When autograd drops the saved tensor (after backward, or with its graph), so does this.
-        weakref.finalize(holder, self._release, nbytes)
+        weakref.finalize(holder, self._release, ptr, storage.nbytes())
         return holder
 
-    def _release(self, nbytes: int) -> None:
-        self.current -= nbytes
+    def _release(self, ptr: int, nbytes: int) -> None:
+        self._holders[ptr] -= 1
+        if self._holders[ptr] == 0:
+            del self._holders[ptr]
+            self.current -= nbytes
 
     @staticmethod
     def _unpack(x):

@@ -32,6 +32,7 @@ Batch = tuple[torch.Tensor, ...]  # (inputs, targets), batch along dim 0
 class ReferenceRun:
     states: list[dict[str, torch.Tensor]] = field(default_factory=list)  # after each step
     losses: list[float] = field(default_factory=list)  # each step's loss, before its update
+    grads: list[dict[str, torch.Tensor]] = field(default_factory=list)  # each step's, by name
 
 
 def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -65,7 +66,8 @@ def train_reference(model: nn.Module, batches: list[Batch], steps: int | None = 
     cycle through `batches` again (pass one batch and steps=20 to fit a fixed batch).
 
     Returns a `ReferenceRun`: `states[i]` is a cloned state_dict after step i, `losses[i]` the
-    big-batch loss at step i, measured before its update. `model` itself is left untouched.
+    big-batch loss at step i, measured before its update, `grads[i]` the gradients step i applied
+({name: tensor}; a tied weight appears once). `model` itself is left untouched.
     """
     if accumulate < 1:
         raise ValueError(f"accumulate must be >= 1, got {accumulate}")
@@ -88,6 +90,8 @@ def train_reference(model: nn.Module, batches: list[Batch], steps: int | None = 
             loss = loss_fn(model, batch) / accumulate
             loss.backward()  # gradients add up across micro-batches
             step_loss += loss.item()
+        run.grads.append({k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+                          for k, p in model.named_parameters()})
         opt.step()
         run.losses.append(step_loss)
         run.states.append({k: v.detach().clone() for k, v in model.state_dict().items()})

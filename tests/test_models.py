@@ -123,7 +123,8 @@ def test_train_reference_leaves_model_alone_and_learns(Model, Config, make):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     run = train_reference(model, [make(16, Config(), seed=0)], steps=20, lr=1e-2)
     assert isinstance(run, ReferenceRun)
-    assert len(run.states) == len(run.losses) == 20
+    assert len(run.states) == len(run.losses) == len(run.grads) == 20
+    assert sorted(run.grads[0]) == sorted(n for n, _ in model.named_parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
     assert run.losses[-1] < 0.6 * run.losses[0]

@@ -78,3 +78,26 @@ def test_region_device_time_inside_a_cluster_shows_in_the_trace(cluster4):
         f, bw = out.trace.regions(rank)
         assert (f.op, bw.op) == ("F0", "BW0")
         assert f.duration >= 0.03 and bw.duration < 0.03
+
+
+def test_saved_activations_count_each_storage_once():
+    """q, k and v save the same input: memory holds it once, and so does the count."""
+    q, k, v = (nn.Linear(8, 8) for _ in range(3))
+    x = torch.randn(4, 8, requires_grad=True)
+    params = [p for m in (q, k, v) for p in m.parameters()]
+    with saved_activations(exclude=params) as saved:
+        out = q(x) * 1.0 + k(x) + v(x)
+        assert saved.current == 4 * 8 * 4
+        out.sum().backward()
+    assert saved.current == 0
+
+
+def test_saved_activations_of_a_gpt_block_match_the_derived_fp32_formula():
+    """What notebook 05 derives for its blocks (fp32, no dropout): 16 sbh + a s^2 b values, the two
+    LayerNorms' mean and 1/std per token, and the causal mask's s^2 booleans."""
+    from nanoparallel.models import Block, GPTConfig
+    for b, s, h, a in [(2, 16, 32, 2), (3, 8, 48, 4), (2, 12, 40, 5)]:
+        block = Block(GPTConfig(n_embd=h, n_head=a, block_size=s))
+        with saved_activations(exclude=list(block.parameters()) + list(block.buffers())) as saved:
+            y = block(torch.randn(b, s, h, requires_grad=True))  # keep the graph alive
+            assert y is not None and saved.current == 4 * (16 * s * b * h + a * s * s * b + 4 * b * s) + s * s

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter
 
 from nanoparallel.viz.units import human_bytes
 from nanoparallel.viz.widgets import pre_html, show_failure, show_figure
@@ -169,6 +170,7 @@ def plot_activation_memory(formula: Callable[..., float], s: int, b: int, h: int
     if memory:
         ax.axhline(memory, color="#c0504d", linestyle="--", linewidth=1, label=f"device memory {human_bytes(memory)}")
         ax.legend(loc="upper right", fontsize=8, frameon=False)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v) if v else "0"))
     ax.set_ylabel("bytes per rank" + (f" ({layers} layers)" if layers else " per layer"))
     ax.set_ylim(0, max([v * scale for v in values] + [memory or 0]) * 1.18)
     ax.spines[["top", "right"]].set_visible(False)

@@ -6,7 +6,8 @@ such message rounds, so its time is
 
     time = steps * alpha + bytes_on_busiest_rank / beta
 
-and every algorithm below is one pair (steps, bytes). Formulas after Thakur, Rabenseifner &
+and every algorithm below is one pair (steps, bytes): `collective_steps` and
+`busiest_rank_bytes`. Formulas after Thakur, Rabenseifner &
 Gropp (2005), "Optimization of collective communication operations in MPICH", section 4.
 
 Notation, as in the course:
@@ -62,7 +63,8 @@ class Link:
         return self.latency + _as_bytes(nbytes) / self.bandwidth
 
 
-# Order-of-magnitude presets, as in the course text: ~400 GB/s per GPU inside a node against
+# Order-of-magnitude presets, as in the course text: ~400 GB/s per GPU inside a node (between
+# an A100's 300 and an H100's 450; per generation: ACCELERATORS[...].nvlink) against
 # ~25-50 GB/s between nodes. That gap of ~10x is what decides where each parallelism goes;
 # the exact numbers vary by system and message size.
 LINKS: dict[str, Link] = {
@@ -77,15 +79,18 @@ LINKS: dict[str, Link] = {
 @dataclass(frozen=True)
 class Accelerator:
     name: str
-    flops: float    # dense bf16 FLOP/s, no sparsity
-    memory: float   # bytes of HBM
+    flops: float        # dense bf16 FLOP/s, no sparsity
+    memory: float       # bytes of HBM
+    nvlink: float = 0   # NVLink bytes/s per GPU, one direction (half the "bidirectional" figure)
 
 
+# NVLink per GPU and direction grows by generation: NVLink 3 (A100) 300 GB/s, NVLink 4 (H100,
+# H200) 450 GB/s, NVLink 5 (B200) 900 GB/s. LINKS["nvlink"] keeps the course text's round 400.
 ACCELERATORS: dict[str, Accelerator] = {
-    "B200": Accelerator("NVIDIA B200", flops=2.25e15, memory=192e9),   # the course text's GPU
-    "H100": Accelerator("NVIDIA H100 SXM", flops=989e12, memory=80e9),
-    "H200": Accelerator("NVIDIA H200 SXM", flops=989e12, memory=141e9),
-    "A100": Accelerator("NVIDIA A100 SXM", flops=312e12, memory=80e9),
+    "B200": Accelerator("NVIDIA B200", flops=2.25e15, memory=192e9, nvlink=900e9),   # the course text's GPU
+    "H100": Accelerator("NVIDIA H100 SXM", flops=989e12, memory=80e9, nvlink=450e9),
+    "H200": Accelerator("NVIDIA H200 SXM", flops=989e12, memory=141e9, nvlink=450e9),
+    "A100": Accelerator("NVIDIA A100 SXM", flops=312e12, memory=80e9, nvlink=300e9),
 }
 
 ALGORITHMS = ("naive", "tree", "ring", "halving_doubling")
@@ -198,9 +203,11 @@ def collective_steps(op: str, world_size: int, algorithm: str = "ring") -> int:
     return _cost(op, world_size, algorithm).steps
 
 
-def bytes_sent_per_rank(op: str, nbytes, world_size: int, algorithm: str = "ring"):
-    """The most bytes through any one rank's link along the critical path: the numerator of
-    the bandwidth term. For a reduction this is what the root receives."""
+def busiest_rank_bytes(op: str, nbytes, world_size: int, algorithm: str = "ring"):
+    """Bytes through the busiest rank's link one message after another: the numerator of the
+    bandwidth term. A rank that sends while it receives (the ring, halving-doubling) counts the
+    bytes it sends; a root that first receives and then sends (naive, tree) counts both: the
+    naive all_reduce's root receives (P-1)N, then sends (P-1)N, so 2(P-1)N."""
     return _cost(op, world_size, algorithm).share * _as_bytes(nbytes)
 
 

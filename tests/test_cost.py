@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
+from nanoparallel import cost
 from nanoparallel.cost import (ACCELERATORS, ALGORITHMS, COLLECTIVES, LINKS, Accelerator, Link,
-                               bytes_sent_per_rank, collective_steps, collective_time,
+                               busiest_rank_bytes, collective_steps, collective_time,
                                crossover_size, send_time, total_traffic)
 
 GB = 1e9
@@ -20,7 +21,9 @@ def test_presets_have_the_documented_keys_and_orders_of_magnitude():
     assert LINKS["infiniband"].bandwidth == 50e9 and LINKS["infiniband_hdr"].bandwidth == 25e9
     assert LINKS["nvlink"].bandwidth > LINKS["pcie"].bandwidth > LINKS["infiniband"].bandwidth
     assert set(ACCELERATORS) == {"B200", "H100", "H200", "A100"}
-    assert ACCELERATORS["B200"] == Accelerator("NVIDIA B200", flops=2.25e15, memory=192e9)
+    assert ACCELERATORS["B200"] == Accelerator("NVIDIA B200", flops=2.25e15, memory=192e9, nvlink=900e9)
+    # NVLink per GPU and direction, by generation
+    assert [ACCELERATORS[g].nvlink for g in ("A100", "H100", "H200", "B200")] == [300e9, 450e9, 450e9, 900e9]
 
 
 def test_send_time_is_alpha_plus_n_over_beta():
@@ -33,8 +36,16 @@ def test_ring_all_reduce_by_hand():
     assert collective_time("all_reduce", 4e6, 4, BANDWIDTH_ONLY, "ring") == pytest.approx(
         2 * 3 * (1e6 / 1e9))
     assert collective_steps("all_reduce", 4, "ring") == 6
-    assert bytes_sent_per_rank("all_reduce", 4e6, 4, "ring") == pytest.approx(6e6)
+    assert busiest_rank_bytes("all_reduce", 4e6, 4, "ring") == pytest.approx(6e6)
     assert total_traffic("all_reduce", 4e6, 4, "ring") == pytest.approx(4 * 6e6)
+
+
+def test_busiest_rank_bytes_counts_a_root_both_ways():
+    # The naive root receives (P-1)N, then sends (P-1)N, one after the other: both count.
+    assert busiest_rank_bytes("all_reduce", 1e6, 4, "naive") == pytest.approx(2 * 3 * 1e6)
+    # A ring rank receives while it sends: what it sends, 2(P-1)/P N.
+    assert busiest_rank_bytes("all_reduce", 1e6, 4, "ring") == pytest.approx(1.5e6)
+    assert not hasattr(cost, "bytes_sent_per_rank"), "one name, one meaning"
 
 
 @pytest.mark.parametrize("P", [2, 3, 8, 64])
@@ -59,7 +70,7 @@ def test_ring_all_reduce_without_latency_is_2_p_minus_1_over_p_n_over_b(P):
 def test_formulas_by_hand_at_p8(op, algorithm, steps, share):
     N = 8e6
     assert collective_steps(op, 8, algorithm) == steps
-    assert bytes_sent_per_rank(op, N, 8, algorithm) == pytest.approx(share * N)
+    assert busiest_rank_bytes(op, N, 8, algorithm) == pytest.approx(share * N)
     assert collective_time(op, N, 8, BOTH, algorithm) == pytest.approx(
         steps * 10e-6 + share * N / 1e9)
 
@@ -98,7 +109,7 @@ def test_halving_doubling_pays_a_fold_for_non_powers_of_two():
 def test_one_rank_costs_nothing(op, algorithm):
     assert collective_time(op, 1e9, 1, BOTH, algorithm) == 0
     assert collective_steps(op, 1, algorithm) == 0
-    assert bytes_sent_per_rank(op, 1e9, 1, algorithm) == 0
+    assert busiest_rank_bytes(op, 1e9, 1, algorithm) == 0
     assert total_traffic(op, 1e9, 1, algorithm) == 0
 
 
@@ -106,7 +117,7 @@ def test_one_rank_costs_nothing(op, algorithm):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_busiest_rank_never_carries_more_than_all_links(op, algorithm):
     for P in (2, 5, 8, 13):
-        assert bytes_sent_per_rank(op, 1.0, P, algorithm) <= total_traffic(op, 1.0, P,
+        assert busiest_rank_bytes(op, 1.0, P, algorithm) <= total_traffic(op, 1.0, P,
                                                                             algorithm) + 1e-12
 
 
@@ -137,7 +148,7 @@ def test_curves_accept_numpy_arrays():
     assert times == pytest.approx([collective_time("all_reduce", n, 8, BOTH, "tree")
                                    for n in sizes])
     assert np.all(np.diff(times) > 0)
-    assert bytes_sent_per_rank("all_gather", sizes, 8).shape == (10,)
+    assert busiest_rank_bytes("all_gather", sizes, 8).shape == (10,)
     assert send_time(sizes, BOTH).shape == (10,)
 
 
@@ -150,7 +161,7 @@ def test_crossover_is_where_the_curves_meet():
     # times are affine in N, so it must equal d(steps) alpha beta / d(share)
     d_steps = collective_steps("all_reduce", 64, "ring") - collective_steps("all_reduce", 64,
                                                                              "tree")
-    d_share = bytes_sent_per_rank("all_reduce", 1, 64, "tree") - bytes_sent_per_rank(
+    d_share = busiest_rank_bytes("all_reduce", 1, 64, "tree") - busiest_rank_bytes(
         "all_reduce", 1, 64, "ring")
     assert n == pytest.approx(d_steps * link.latency * link.bandwidth / d_share, rel=1e-6)
     assert crossover_size("all_reduce", 64, link, "ring", "tree") == pytest.approx(n)
@@ -171,7 +182,7 @@ def test_no_crossover_gives_none():
     (lambda: collective_time("all_reduce", 1, 4, BOTH, "butterfly"), "halving_doubling"),
     (lambda: collective_steps("all_reduce", 0), "world_size"),
     (lambda: collective_steps("all_reduce", 2.5), "world_size"),
-    (lambda: bytes_sent_per_rank("all_reduce", -1, 4), "nbytes"),
+    (lambda: busiest_rank_bytes("all_reduce", -1, 4), "nbytes"),
     (lambda: total_traffic("all_reduce", np.array([1.0, -1.0]), 4), "nbytes"),
     (lambda: crossover_size("all_reduce", 8, BOTH, "ring", "tree", lo=0), "lo"),
 ])

@@ -77,7 +77,7 @@ def plot_collective_costs(op: str = "all_reduce", world_size: int = 8, link: cos
     for a in algorithms:
         times = cost.collective_time(op, sizes, world_size, link, a)
         steps = cost.collective_steps(op, world_size, a)
-        share = float(cost.bytes_sent_per_rank(op, 1.0, world_size, a))
+        share = float(cost.busiest_rank_bytes(op, 1.0, world_size, a))
         ax.plot(sizes, times, color=ALGORITHM_COLORS[a], linestyle=ALGORITHM_STYLES[a], linewidth=2,
                 gid=f"curve:{a}",
                 label=f"{ALGORITHM_LABELS[a]}: {steps}·α + {share:.3g}·N/β")

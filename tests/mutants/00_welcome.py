@@ -8,7 +8,7 @@ def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
     return total_flops / (n_gpus * flops_per_second * utilization) / 86400   # days, not years
 
 def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
-    return int(total_flops / (flops_per_second * utilization * days * 86400))  # rounds down
+    return round(total_flops / (flops_per_second * utilization * days * 86400))  # not always up
 ''',
         "transfer_time": '''
 def transfer_seconds(nbytes, bandwidth, latency):
@@ -58,7 +58,7 @@ def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
     return total_flops / (n_gpus * flops_per_second * utilization) / SECONDS_PER_YEAR
 
 def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
-    return round(total_flops / (flops_per_second * utilization * days * 86400))  # not always up
+    return int(total_flops / (flops_per_second * utilization * days * 86400)) + 1  # one too many when it divides
 ''',
         "transfer_time": '''
 def transfer_seconds(nbytes, bandwidth, latency):

@@ -1,10 +1,37 @@
 """Plausible wrong answers for 01_collectives. Each mutant replaces whole solution cells
 (keyed by grade_id); the graded cell ``<grade_id>_tests`` must then lose points.
 
-Three mutants, one wrong answer per exercise in each, to keep autograde runs few. At most one
+Four mutants, at most one wrong answer per exercise in each, to keep autograde runs few. At most one
 function per mutant deadlocks (each deadlock costs the cluster's 10 s deadline in its "try it"
 cell and again in its graded cell), and the functions later cells reuse do not.
 """
+
+# The solution's recursive halving-doubling after its check of P, for mutants that change the check.
+_HALVING_DOUBLING_AFTER_CHECK = '''
+    flat = tensor.view(-1)
+    lo, hi, segments = 0, flat.numel(), []
+    distance = world // 2
+    while distance >= 1:
+        partner, mid = rank ^ distance, (lo + hi) // 2
+        keep, give = ((mid, hi), (lo, mid)) if rank & distance else ((lo, mid), (mid, hi))
+        incoming = torch.empty(keep[1] - keep[0], dtype=flat.dtype)
+        request = dist.isend(flat[give[0]:give[1]], dst=partner)
+        dist.recv(incoming, src=partner)
+        request.wait()
+        flat[keep[0]:keep[1]] += incoming
+        segments.append((lo, hi))
+        (lo, hi), distance = keep, distance // 2
+    distance = 1
+    while distance < world:
+        partner = rank ^ distance
+        outer_lo, outer_hi = segments.pop()
+        other = (outer_lo, lo) if lo > outer_lo else (hi, outer_hi)
+        request = dist.isend(flat[lo:hi], dst=partner)
+        dist.recv(flat[other[0]:other[1]], src=partner)
+        request.wait()
+        lo, hi, distance = outer_lo, outer_hi, distance * 2
+    return tensor
+'''
 
 MUTANTS = {
     # Wrong results or a wrong algorithm that still computes the right numbers.
@@ -70,7 +97,9 @@ def ring_all_reduce(tensor):
 ''',
         "halving_doubling": '''
 def halving_doubling_all_reduce(tensor):
-    rank, world = dist.get_rank(), dist.get_world_size()   # no check that P is a power of two
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0 and world & (world - 1):            # only rank 0 checks: the others go on
+        raise ValueError(f"needs a power-of-two number of ranks, got {world}")
     flat = tensor.view(-1)
     lo, hi, segments = 0, flat.numel(), []
     distance = world // 2
@@ -306,5 +335,38 @@ def sharded_matmul(a, b, sharded_dim):
     dist.all_gather(pieces, c)                       # always all-gather: for "J", sums P partial
     return sum(pieces) if sharded_dim == "J" else torch.cat(pieces)   # sums, P-1 times the bytes
 ''',
+    },
+    # Right on 4 ranks, wrong elsewhere: each passes every world size up to 4 (and 3).
+    "heap_tree_gather_ignores_out_evenness_check": {
+        "tree_broadcast": '''
+def tree_broadcast(tensor, src=0):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    me = (rank - src) % world                        # a heap: node v feeds 2v+1 and 2v+2, one after
+    if me > 0:                                       # the other, so ceil(log2 P) rounds only up to P = 6
+        dist.recv(tensor, src=((me - 1) // 2 + src) % world)
+    for child in (2 * me + 1, 2 * me + 2):
+        if child < world:
+            dist.send(tensor, dst=(child + src) % world)
+    return tensor
+''',
+        "ring_all_gather": '''
+def ring_all_gather(chunk, numel, out=None):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = torch.empty(numel, dtype=chunk.dtype)      # ignores the `out` it was given
+    parts = out.tensor_split(world)
+    parts[rank].copy_(chunk)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        request = dist.isend(parts[(rank - step) % world], dst=right)
+        dist.recv(parts[(rank - step - 1) % world], src=left)
+        request.wait()
+    return out
+''',
+        "halving_doubling": '''
+def halving_doubling_all_reduce(tensor):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world > 1 and world % 2:                      # even is not a power of two: 6 gets through
+        raise ValueError(f"needs a power-of-two number of ranks, got {world}")
+''' + _HALVING_DOUBLING_AFTER_CHECK,
     },
 }

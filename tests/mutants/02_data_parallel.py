@@ -4,7 +4,7 @@
 One wrong answer per exercise per mutant, to keep the number of autograde runs small. The
 bucketed-DDP mistakes the issue names each have a mutant: sum instead of average, forgetting a
 bucket, stepping before the wait, all-reducing a bucket before backward has finished with it,
-and no overlap at all.
+and buckets in forward order (every launch from backward's last hook: no overlap).
 """
 
 # The correct BucketedDDP, split so that mutants can swap one method.
@@ -258,11 +258,10 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
                                    server="(world_size - 1) * n * 2"),  # up and down added together
         "memory": memory(master='2 if master_weights and param_dtype != "fp32" else 0'),  # a bf16 "master" copy
     },
-    "no_overlap": {
-        # all buckets launched after backward: correct values, nothing hidden under backward
-        "bucketed_ddp": _BUCKETS_INIT + '''
-    def _grad_ready(self, param):
-        self._ready[self._bucket_of[param]] += 1
-''' + _FINISH + _TRAIN_STEP,
+    "buckets_in_forward_order": {
+        # buckets filled first layer first: bucket 0 completes only with backward's last gradient, so
+        # every launch comes from the last hook, inside backward yet with nothing left to hide under
+        "bucketed_ddp": _BUCKETS_INIT.replace("for p in reversed(params):", "for p in params:") + _GRAD_READY
+                        + _FINISH + _TRAIN_STEP,
     },
 }

@@ -238,4 +238,54 @@ class Zero3PrefetchMLP(Zero3MLP):
         return x
 ''',
     },
+    # Each trains like one process under Adam, which hides a gradient P times too large.
+    "sum_not_mean_wait_for_whole_model": {
+        "zero1": '''
+class Zero1Adam:
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.shard = nn.Parameter(shard_of(flatten(self.params)))
+        self.adam = torch.optim.Adam([self.shard], lr=lr)
+
+    def step(self):
+        full = flatten(p.grad for p in self.params)
+        world, s = dist.get_world_size(), self.shard.numel()
+        self.shard.grad = torch.empty(s)
+        dist.reduce_scatter_single(self.shard.grad, F.pad(full, (0, s * world - full.numel())))  # the sum: no 1/P
+        self.adam.step()
+        load_flat(self.params, gather_shards(self.shard))
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+''',
+        "zero2": '''
+class Zero2Adam:
+    def __init__(self, model, lr=1e-2):
+        self.layers = list(model.layers)
+        self.params = list(model.parameters())
+        self.shards = [nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in self.layers]
+        self.adam = torch.optim.Adam(self.shards, lr=lr)
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._on_grad)
+
+    def _on_grad(self, param):
+        if any(p.grad is None for p in self.params):
+            return                                        # waits for the whole model's gradients:
+        for layer, shard in zip(self.layers, self.shards):   # ZeRO-1's memory through backward
+            params = list(layer.parameters())
+            shard.grad = reduce_scatter_mean(flatten(p.grad for p in params))
+            for p in params:
+                p.grad = None
+
+    def step(self):
+        self.adam.step()
+        for layer, shard in zip(self.layers, self.shards):
+            load_flat(list(layer.parameters()), gather_shards(shard))
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+''',
+    },
 }

@@ -25,8 +25,11 @@ import multiprocessing.connection
 import os
 import shutil
 import sys
+import importlib
+import io
 import tempfile
 import threading
+import types
 import time
 import weakref
 from contextlib import contextmanager
@@ -47,6 +50,24 @@ _WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS":
 # What a fork server imports once, so that a new rank does not: importing torch takes a second
 # or more of CPU per rank, paid at a kernel's first Cluster and again after every deadlock.
 _PRELOAD = ["torch", "torch.distributed", "cloudpickle", "nanoparallel.worker", "nanoparallel.tracing"]
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, except that module objects of a module subclass travel by name. cloudpickle
+    copies the submodules of a module a function uses when one of their names appears in the
+    function's code: `dist` and `shard.config` bring in `torch.distributed.config`, a
+    module subclass that cannot be pickled, although every rank can simply import it."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, types.ModuleType) and type(obj) is not types.ModuleType:
+            return importlib.import_module, (obj.__name__,)
+        return super().reducer_override(obj)
+
+
+def _dumps(obj) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer).dump(obj)
+    return buffer.getvalue()
 
 
 class RunResult(list):
@@ -125,7 +146,7 @@ class Cluster:
         if not callable(fn):
             raise TypeError(f"cluster.run needs a function to run on each rank, got {type(fn).__name__}.")
         try:
-            payload = cloudpickle.dumps((fn, args, kwargs))
+            payload = _dumps((fn, args, kwargs))
         except Exception as exc:
             raise ClusterError(
                 f"Could not send {getattr(fn, '__name__', fn)!r} and its arguments to the ranks "

@@ -228,3 +228,15 @@ def test_run_after_close_is_refused():
     c.close()  # idempotent
     with pytest.raises(ClusterError, match="closed"):
         c.run(rank_and_size)
+
+
+def test_a_function_naming_an_attribute_config_travels(cluster):
+    """`dist` plus an attribute called `config` made cloudpickle copy torch.distributed.config,
+    a module subclass it cannot pickle; such modules now travel by name."""
+    class Holder:
+        config = 3
+
+    def uses_config(holder):
+        return holder.config + dist.get_rank()
+
+    assert list(cluster.run(uses_config, Holder())) == [3 + r for r in range(cluster.world_size)]

@@ -25,6 +25,7 @@ class TraceEvent:
     end: float | None         # None: an async op whose work was never waited on
     is_async: bool = False
     kind: str = "comm"        # "comm" for torch.distributed calls, "compute" for `region(...)` blocks
+    sent_to: tuple[int, ...] = ()  # all-to-all only: bytes addressed to each member of `group`, in order
 
     @property
     def duration(self) -> float:
@@ -126,6 +127,20 @@ class Trace:
     def bytes_sent(self) -> list[int]:
         """Bytes sent per rank, in rank order."""
         return self._totals("bytes_sent")
+
+    def bytes_to(self, rank: int) -> dict[int, int]:
+        """{peer: bytes} that `rank` sent to each other rank in point-to-point sends and all-to-alls
+        (the only ops whose bytes have a single addressee); completed events only."""
+        out: dict[int, int] = {}
+        for e in self.comm(rank):
+            if not e.completed:
+                continue
+            if e.op in ("send", "isend") and e.peer is not None:
+                out[e.peer] = out.get(e.peer, 0) + e.bytes_sent
+            for peer, n in zip(e.group, e.sent_to):
+                if peer != rank:
+                    out[peer] = out.get(peer, 0) + n
+        return out
 
     def bytes_received(self) -> list[int]:
         return self._totals("bytes_recv")

@@ -126,7 +126,8 @@ def _nbytes(t) -> int:
 
 
 def _describe_call(name: str, a: dict):
-    """(peer, group, bytes_sent, bytes_recv) of one call, from its bound arguments."""
+    """(peer, group, (bytes_sent, bytes_recv), sent_to) of one call, from its bound arguments;
+    sent_to: an all-to-all's bytes addressed to each member of the group, else ()."""
     group = _group_ranks(a.get("group"))
     rank = dist.get_rank()  # global rank, cached by torch
     if name in P2P_OPS:
@@ -135,7 +136,7 @@ def _describe_call(name: str, a: dict):
         if peer is None and a.get("group_" + key) is not None:
             peer = group[a["group_" + key]]
         n = _nbytes(a["tensor"])
-        return peer, group, (n, 0) if key == "dst" else (0, n)
+        return peer, group, ((n, 0) if key == "dst" else (0, n)), ()
     root = None
     if name in _ROOT_ARGS:
         key = _ROOT_ARGS[name]
@@ -158,7 +159,7 @@ def _describe_call(name: str, a: dict):
         name, "output_tensor" if "output_tensor" in a else "output")
     in_bytes, out_bytes = _nbytes(a.get(in_arg)), _nbytes(a.get(out_arg))
     return root, group, collective_bytes(name, me, len(group), root_in_group, in_bytes, out_bytes,
-                                         send_split, recv_split)
+                                         send_split, recv_split), tuple(send_split or ())
 
 
 def _splits(t, sizes, parts: int) -> list[int]:
@@ -186,7 +187,7 @@ def _wrap(name: str, original, tracer: Tracer):
             return original(*args, **kwargs)
         a = {**defaults, **dict(zip(names, args)), **kwargs}
         try:
-            peer, group, (sent, recv) = _describe_call(name, a)
+            peer, group, (sent, recv), sent_to = _describe_call(name, a)
         except Exception:  # malformed arguments: let torch raise its own, clearer error
             return original(*args, **kwargs)
         is_async = name in ("isend", "irecv") or bool(a.get("async_op", False))
@@ -201,7 +202,7 @@ def _wrap(name: str, original, tracer: Tracer):
         if name == "recv" and peer is None and isinstance(result, int) and result >= 0:
             peer = result  # a receive from any source: torch returns the sender
         fields = dict(rank=tracer.rank, op=name, peer=peer, group=group, bytes_sent=sent,
-                      bytes_recv=recv, start=start, is_async=is_async)
+                      bytes_recv=recv, start=start, is_async=is_async, sent_to=sent_to)
         if is_async and result is not None:
             work = TracedWork(result, tracer, fields)
             tracer.pending.append(work)

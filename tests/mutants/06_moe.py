@@ -1,0 +1,467 @@
+"""Plausible wrong answers for 06_moe. Each mutant replaces whole solution cells (keyed by grade_id);
+the graded cell ``<grade_id>_tests`` of every replaced cell must then lose points.
+
+The issue's list: softmax over all experts where the weights must be renormalised over the top-k,
+the balance loss without the N factor, dropping the first tokens (keeping the last) where the
+spec keeps the first, a combine that forgets the gate weight, split sizes not swapped on the way
+back, an all-to-all replaced by all-gathers. And the lazy versions a check must not let through:
+FLOPs counted with one FFN matrix, causal attention or per-layer logits; noise without softplus;
+TopK(Softmax) renormalised; experts sorted by index; f computed from the probabilities (a
+gradient through f) or over tokens instead of assignments; capacity rounded down or without k;
+token-major dropping; every expert run on every token; dropped tokens still computed; a shared
+expert scaled or left out of the active count; the router left out of the total; dropped tokens
+sent over the network anyway; a rank that skips its idle experts (its backward all-to-all then
+never happens: a deadlock the check must turn into lost points).
+"""
+
+MUTANTS = {
+    'conventions': {
+        'flops': '''
+def flop_shares(h, s, n_layer, vocab):
+    """Shares of a transformer's matmul FLOPs: {"mha", "ffn", "attn", "logit"}, summing to 1."""
+    mha, ffn, attn = 8 * h * h * n_layer, 8 * h * h * n_layer, 4 * s * h * n_layer
+    logit = 2 * h * vocab
+    total = mha + ffn + attn + logit
+    return {"mha": mha / total, "ffn": ffn / total, "attn": attn / total, "logit": logit / total}
+''',
+        'gating': '''
+def gate_logits(x, w_gate, w_noise=None, noise=None):
+    """H = x @ w_gate, plus noise * softplus(x @ w_noise) when w_noise is given."""
+    logits = x @ w_gate
+    if w_noise is not None:
+        if noise is None:
+            noise = torch.randn(logits.shape, dtype=logits.dtype)
+        logits = logits + noise * F.softplus(x @ w_noise)
+    return logits
+
+
+def top_k_gating(logits, k, softmax_first=False):
+    """(weights, experts, probs): each token's k largest experts, largest first, their gate
+    weights (Softmax(KeepTopK) or, with softmax_first, TopK(Softmax)), and the softmax over all."""
+    probs = logits.softmax(dim=-1)
+    weights, experts = probs.topk(k, dim=-1)  # one convention for both
+    return weights, experts, probs
+''',
+        'balance': '''
+def load_balancing_loss(probs, experts, alpha=0.01):
+    """Switch's alpha * E * sum_i f_i * P_i: f_i the fraction of the T*k assignments that chose
+    expert i, P_i the mean of probs[:, i]. The gradient flows through P only."""
+    n_experts = probs.shape[-1]
+    f = torch.bincount(experts.reshape(-1), minlength=n_experts).to(probs.dtype) / experts.numel()
+    return alpha * (f * probs.mean(dim=0)).sum()
+''',
+        'capacity': '''
+def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
+    """ceil(capacity_factor * k * n_tokens / n_experts), as an int."""
+    return int(capacity_factor * k * n_tokens / n_experts)
+
+
+def keep_mask(experts, n_experts, capacity):
+    """Bool (T, k): which assignments the experts keep, first come, first served: every token's
+    first choice in token order, then every second choice, ..."""
+    n_tokens, k = experts.shape
+    order = experts.t().reshape(-1).flip(0)  # last come, first served
+    position = F.one_hot(order, n_experts).cumsum(dim=0).gather(1, order[:, None]).squeeze(1) - 1
+    return (position < capacity).flip(0).reshape(k, n_tokens).t()
+''',
+        'layer': '''
+def moe_layer(moe, x, noise=None):
+    """(y, balance): y = x + the kept experts' outputs, weighted by their gates; every expert
+    runs once on the tokens it kept. balance = load_balancing_loss(probs, experts, alpha=1.0)."""
+    cfg = moe.config
+    w_noise = None if moe.noise is None else moe.noise.weight.t()
+    logits = gate_logits(x, moe.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    capacity = expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k)
+    keep = keep_mask(experts, cfg.n_experts, capacity)
+    y = x
+    for e, expert in enumerate(moe.experts):
+        tokens, slots = torch.nonzero((experts == e) & keep, as_tuple=True)
+        if len(tokens):
+            y = y.index_add(0, tokens, expert(x[tokens]))
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''',
+        'shared': '''
+def shared_moe_layer(moe, x, noise=None):
+    """Your moe_layer plus the shared expert, which every token goes through ungated."""
+    y, balance = moe_layer(moe, x, noise)
+    if moe.shared is not None:
+        y = y + moe.shared(x)
+    return y, balance
+
+
+def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
+    """(total, active) parameters of one MoE layer: router, routed and shared experts."""
+    expert = 2 * d_model * d_ff + d_ff + d_model
+    router = d_model * n_experts
+    return router + (n_experts + n_shared) * expert, router + k * expert
+''',
+        'expert_parallel': '''
+class AllToAll(torch.autograd.Function):
+    """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
+    rank q. Backward: the same exchange with the counts swapped."""
+
+    @staticmethod
+    def forward(ctx, x, send_counts, recv_counts):
+        ctx.counts = send_counts, recv_counts
+        out = x.new_empty(sum(recv_counts), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_counts, recv_counts = ctx.counts
+        out = grad.new_empty(sum(recv_counts), *grad.shape[1:])
+        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return out, None, None
+
+
+def ep_moe_layer(shard, x, noise=None):
+    """The MoE layer on this rank's tokens x, experts spread over the ranks: (y, balance)."""
+    cfg, world = shard.config, shard.world
+    n_experts = cfg.n_experts
+    per = n_experts // world
+    w_noise = None if shard.noise is None else shard.noise.weight.t()
+    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
+    tokens, slots = torch.nonzero(keep, as_tuple=True)
+    order = torch.argsort(experts[tokens, slots], stable=True)  # grouped by expert, hence by rank
+    tokens, slots = tokens[order], slots[order]
+
+    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
+    arriving = torch.empty_like(per_expert)                     # [source rank, my expert]
+    dist.all_to_all_single(arriving, per_expert)
+    arriving = arriving.view(world, per)
+    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
+
+    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
+    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
+    out = torch.zeros_like(rows)
+    for i in range(per):  # every local expert runs, even on no rows: see the note below
+        mine = torch.nonzero(local == i).squeeze(1)
+        out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))
+    back = AllToAll.apply(out, recv_counts, send_counts)
+    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''',
+    },
+    'lazy': {
+        'flops': '''
+def flop_shares(h, s, n_layer, vocab):
+    """Shares of a transformer's matmul FLOPs: {"mha", "ffn", "attn", "logit"}, summing to 1."""
+    mha, ffn, attn = 8 * h * h * n_layer, 16 * h * h * n_layer, 2 * s * h * n_layer
+    logit = 2 * h * vocab
+    total = mha + ffn + attn + logit
+    return {"mha": mha / total, "ffn": ffn / total, "attn": attn / total, "logit": logit / total}
+''',
+        'gating': '''
+def gate_logits(x, w_gate, w_noise=None, noise=None):
+    """H = x @ w_gate, plus noise * softplus(x @ w_noise) when w_noise is given."""
+    logits = x @ w_gate
+    if w_noise is not None:
+        if noise is None:
+            noise = torch.randn(logits.shape, dtype=logits.dtype)
+        logits = logits + noise * (x @ w_noise)
+    return logits
+
+
+def top_k_gating(logits, k, softmax_first=False):
+    """(weights, experts, probs): each token's k largest experts, largest first, their gate
+    weights (Softmax(KeepTopK) or, with softmax_first, TopK(Softmax)), and the softmax over all."""
+    probs = logits.softmax(dim=-1)
+    if softmax_first:
+        weights, experts = probs.topk(k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    else:
+        top, experts = logits.topk(k, dim=-1)
+        weights = top.softmax(dim=-1)
+    return weights, experts, probs
+''',
+        'balance': '''
+def load_balancing_loss(probs, experts, alpha=0.01):
+    """Switch's alpha * E * sum_i f_i * P_i: f_i the fraction of the T*k assignments that chose
+    expert i, P_i the mean of probs[:, i]. The gradient flows through P only."""
+    n_experts = probs.shape[-1]
+    f = probs.mean(dim=0)
+    return alpha * n_experts * (f * probs.mean(dim=0)).sum()
+''',
+        'capacity': '''
+def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
+    """ceil(capacity_factor * k * n_tokens / n_experts), as an int."""
+    return math.ceil(capacity_factor * k * n_tokens / n_experts)
+
+
+def keep_mask(experts, n_experts, capacity):
+    """Bool (T, k): which assignments the experts keep, first come, first served: every token's
+    first choice in token order, then every second choice, ..."""
+    n_tokens, k = experts.shape
+    order = experts.reshape(-1)  # token-major
+    position = F.one_hot(order, n_experts).cumsum(dim=0).gather(1, order[:, None]).squeeze(1) - 1
+    return (position < capacity).reshape(n_tokens, k)
+''',
+        'layer': '''
+def moe_layer(moe, x, noise=None):
+    """(y, balance): y = x + the kept experts' outputs, weighted by their gates; every expert
+    runs once on the tokens it kept. balance = load_balancing_loss(probs, experts, alpha=1.0)."""
+    cfg = moe.config
+    w_noise = None if moe.noise is None else moe.noise.weight.t()
+    logits = gate_logits(x, moe.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    capacity = expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k)
+    keep = keep_mask(experts, cfg.n_experts, capacity)
+    y = x
+    for e, expert in enumerate(moe.experts):
+        everyone = expert(x)  # compute for all tokens, keep the routed ones
+        tokens, slots = torch.nonzero((experts == e) & keep, as_tuple=True)
+        y = y.index_add(0, tokens, weights[tokens, slots, None] * everyone[tokens])
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''',
+        'shared': '''
+def shared_moe_layer(moe, x, noise=None):
+    """Your moe_layer plus the shared expert, which every token goes through ungated."""
+    y, balance = moe_layer(moe, x, noise)
+    if moe.shared is not None:
+        y = y + moe.shared(x) * 0.5  # halfway between shared and routed
+    return y, balance
+
+
+def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
+    """(total, active) parameters of one MoE layer: router, routed and shared experts."""
+    expert = 2 * d_model * d_ff + d_ff + d_model
+    router = d_model * n_experts
+    return router + (n_experts + n_shared) * expert, router + (k + n_shared) * expert
+''',
+        'expert_parallel': '''
+class AllToAll(torch.autograd.Function):
+    """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
+    rank q. Backward: the same exchange with the counts swapped."""
+
+    @staticmethod
+    def forward(ctx, x, send_counts, recv_counts):
+        ctx.counts = send_counts, recv_counts
+        out = x.new_empty(sum(recv_counts), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_counts, recv_counts = ctx.counts
+        out = grad.new_empty(sum(send_counts), *grad.shape[1:])
+        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)
+        return out, None, None
+
+
+def ep_moe_layer(shard, x, noise=None):
+    """The MoE layer on this rank's tokens x, experts spread over the ranks: (y, balance)."""
+    cfg, world = shard.config, shard.world
+    n_experts = cfg.n_experts
+    per = n_experts // world
+    w_noise = None if shard.noise is None else shard.noise.weight.t()
+    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
+    tokens, slots = torch.nonzero(keep, as_tuple=True)
+    order = torch.argsort(experts[tokens, slots], stable=True)  # grouped by expert, hence by rank
+    tokens, slots = tokens[order], slots[order]
+
+    # everyone gets everything: gather the tokens, compute my experts' part, sum over ranks
+    contribution = torch.zeros_like(x)
+    for e in range(shard.first, shard.first + per):
+        t, j = torch.nonzero((experts == e) & keep, as_tuple=True)
+        contribution = contribution.index_add(0, t, weights[t, j, None] * shard.expert(e)(x[t]))
+    parts = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(parts, x.detach())
+    y = x + contribution  # only this rank's experts: wrong, and made of all-gathers
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''',
+    },
+    'subtle': {
+        'flops': '''
+def flop_shares(h, s, n_layer, vocab):
+    """Shares of a transformer's matmul FLOPs: {"mha", "ffn", "attn", "logit"}, summing to 1."""
+    mha, ffn, attn = 8 * h * h * n_layer, 16 * h * h * n_layer, 4 * s * h * n_layer
+    logit = 2 * h * vocab * n_layer
+    total = mha + ffn + attn + logit
+    return {"mha": mha / total, "ffn": ffn / total, "attn": attn / total, "logit": logit / total}
+''',
+        'gating': '''
+def gate_logits(x, w_gate, w_noise=None, noise=None):
+    """H = x @ w_gate, plus noise * softplus(x @ w_noise) when w_noise is given."""
+    logits = x @ w_gate
+    if w_noise is not None:
+        if noise is None:
+            noise = torch.randn(logits.shape, dtype=logits.dtype)
+        logits = logits + noise * F.softplus(x @ w_noise)
+    return logits
+
+
+def top_k_gating(logits, k, softmax_first=False):
+    """(weights, experts, probs): each token's k largest experts, largest first, their gate
+    weights (Softmax(KeepTopK) or, with softmax_first, TopK(Softmax)), and the softmax over all."""
+    probs = logits.softmax(dim=-1)
+    if softmax_first:
+        weights, experts = probs.topk(k, dim=-1)
+    else:
+        top, experts = logits.topk(k, dim=-1)
+        weights = top.softmax(dim=-1)
+    experts, order = experts.sort(dim=-1)
+    return weights.gather(-1, order), experts, probs
+''',
+        'balance': '''
+def load_balancing_loss(probs, experts, alpha=0.01):
+    """Switch's alpha * E * sum_i f_i * P_i: f_i the fraction of the T*k assignments that chose
+    expert i, P_i the mean of probs[:, i]. The gradient flows through P only."""
+    n_experts = probs.shape[-1]
+    f = torch.bincount(experts.reshape(-1), minlength=n_experts).to(probs.dtype) / experts.shape[0]
+    return alpha * n_experts * (f * probs.mean(dim=0)).sum()
+''',
+        'capacity': '''
+def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
+    """ceil(capacity_factor * k * n_tokens / n_experts), as an int."""
+    return math.ceil(capacity_factor * n_tokens / n_experts)
+
+
+def keep_mask(experts, n_experts, capacity):
+    """Bool (T, k): which assignments the experts keep, first come, first served: every token's
+    first choice in token order, then every second choice, ..."""
+    n_tokens, k = experts.shape
+    order = experts.t().reshape(-1)  # choice-major
+    position = F.one_hot(order, n_experts).cumsum(dim=0).gather(1, order[:, None]).squeeze(1) - 1
+    return (position < capacity).reshape(k, n_tokens).t()
+''',
+        'layer': '''
+def moe_layer(moe, x, noise=None):
+    """(y, balance): y = x + the kept experts' outputs, weighted by their gates; every expert
+    runs once on the tokens it kept. balance = load_balancing_loss(probs, experts, alpha=1.0)."""
+    cfg = moe.config
+    w_noise = None if moe.noise is None else moe.noise.weight.t()
+    logits = gate_logits(x, moe.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    capacity = expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k)
+    keep = keep_mask(experts, cfg.n_experts, capacity)
+    y = x
+    for e, expert in enumerate(moe.experts):
+        tokens, slots = torch.nonzero(experts == e, as_tuple=True)
+        if len(tokens):
+            y = y.index_add(0, tokens, weights[tokens, slots, None] * expert(x[tokens]))
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''',
+        'shared': '''
+def shared_moe_layer(moe, x, noise=None):
+    """Your moe_layer plus the shared expert, which every token goes through ungated."""
+    y, balance = moe_layer(moe, x, noise)
+    if moe.shared is not None:
+        y = y + moe.shared(x)
+    return y, balance
+
+
+def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
+    """(total, active) parameters of one MoE layer: router, routed and shared experts."""
+    expert = 2 * d_model * d_ff + d_ff + d_model
+    router = 0
+    return router + (n_experts + n_shared) * expert, router + (k + n_shared) * expert
+''',
+        'expert_parallel': '''
+class AllToAll(torch.autograd.Function):
+    """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
+    rank q. Backward: the same exchange with the counts swapped."""
+
+    @staticmethod
+    def forward(ctx, x, send_counts, recv_counts):
+        ctx.counts = send_counts, recv_counts
+        out = x.new_empty(sum(recv_counts), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_counts, recv_counts = ctx.counts
+        out = grad.new_empty(sum(send_counts), *grad.shape[1:])
+        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)
+        return out, None, None
+
+
+def ep_moe_layer(shard, x, noise=None):
+    """The MoE layer on this rank's tokens x, experts spread over the ranks: (y, balance)."""
+    cfg, world = shard.config, shard.world
+    n_experts = cfg.n_experts
+    per = n_experts // world
+    w_noise = None if shard.noise is None else shard.noise.weight.t()
+    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
+    tokens, slots = torch.nonzero(torch.ones_like(keep), as_tuple=True)
+    order = torch.argsort(experts[tokens, slots], stable=True)  # grouped by expert, hence by rank
+    tokens, slots = tokens[order], slots[order]
+
+    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
+    arriving = torch.empty_like(per_expert)                     # [source rank, my expert]
+    dist.all_to_all_single(arriving, per_expert)
+    arriving = arriving.view(world, per)
+    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
+
+    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
+    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
+    out = torch.zeros_like(rows)
+    for i in range(per):  # every local expert runs, even on no rows: see the note below
+        mine = torch.nonzero(local == i).squeeze(1)
+        out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))
+    back = AllToAll.apply(out, recv_counts, send_counts)
+    y = x.index_add(0, tokens, (weights * keep)[tokens, slots, None] * back)
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''',
+    },
+    'skips_idle_experts': {
+        'expert_parallel': '''
+class AllToAll(torch.autograd.Function):
+    """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
+    rank q. Backward: the same exchange with the counts swapped."""
+
+    @staticmethod
+    def forward(ctx, x, send_counts, recv_counts):
+        ctx.counts = send_counts, recv_counts
+        out = x.new_empty(sum(recv_counts), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_counts, recv_counts = ctx.counts
+        out = grad.new_empty(sum(send_counts), *grad.shape[1:])
+        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)
+        return out, None, None
+
+
+def ep_moe_layer(shard, x, noise=None):
+    """The MoE layer on this rank's tokens x, experts spread over the ranks: (y, balance)."""
+    cfg, world = shard.config, shard.world
+    n_experts = cfg.n_experts
+    per = n_experts // world
+    w_noise = None if shard.noise is None else shard.noise.weight.t()
+    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
+    tokens, slots = torch.nonzero(keep, as_tuple=True)
+    order = torch.argsort(experts[tokens, slots], stable=True)  # grouped by expert, hence by rank
+    tokens, slots = tokens[order], slots[order]
+
+    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
+    arriving = torch.empty_like(per_expert)                     # [source rank, my expert]
+    dist.all_to_all_single(arriving, per_expert)
+    arriving = arriving.view(world, per)
+    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
+
+    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
+    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
+    out = torch.zeros_like(rows)
+    for i in range(per):  # every local expert runs, even on no rows: see the note below
+        mine = torch.nonzero(local == i).squeeze(1)
+        if len(mine):
+            out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))
+    back = AllToAll.apply(out, recv_counts, send_counts)
+    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''',
+    },
+}

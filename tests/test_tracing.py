@@ -181,3 +181,34 @@ def test_collective_bytes_model(op, rank, expected):
     in_b, out_b = sizes[op]
     sent, recv = collective_bytes(op, rank, 4, 1, in_b, out_b)
     assert (sent, recv) == expected
+
+
+def test_all_to_all_records_the_bytes_addressed_to_each_peer(cluster4):
+    """Uneven all_to_all_single and list all_to_all: `sent_to` per group member, `bytes_to` per
+    peer (own chunk excluded), and the totals those add up to."""
+    def exchange():
+        r = dist.get_rank()
+        send = [r + q + 1 for q in range(4)]               # rows of 3 float32 for rank q
+        recv = [q + r + 1 for q in range(4)]
+        out = torch.empty(sum(recv), 3)
+        dist.all_to_all_single(out, torch.ones(sum(send), 3), output_split_sizes=recv, input_split_sizes=send)
+        parts = [torch.empty(2) for _ in range(4)]
+        dist.all_to_all(parts, [torch.ones(2) for _ in range(4)])
+        dist.send(torch.ones(5), dst=(r + 1) % 4) if r % 2 == 0 else dist.recv(torch.empty(5), src=(r - 1) % 4)
+        if r % 2:
+            dist.send(torch.ones(5), dst=(r + 1) % 4)
+        else:
+            dist.recv(torch.empty(5), src=(r - 1) % 4)
+        return None
+
+    trace = cluster4.run(exchange).trace
+    for r in range(4):
+        single = next(e for e in trace.comm(r) if e.op == "all_to_all_single")
+        assert single.sent_to == tuple((r + q + 1) * 12 for q in range(4))
+        assert single.bytes_sent == sum((r + q + 1) * 12 for q in range(4) if q != r)
+        lists = next(e for e in trace.comm(r) if e.op == "all_to_all")
+        assert lists.sent_to == (8, 8, 8, 8) and lists.bytes_sent == 24
+        want = {q: (r + q + 1) * 12 + 8 for q in range(4) if q != r}
+        want[(r + 1) % 4] += 20                            # the point-to-point send
+        assert trace.bytes_to(r) == want
+    assert all(e.sent_to == () for e in trace.comm() if e.op not in ("all_to_all", "all_to_all_single"))

@@ -1,0 +1,323 @@
+"""Plausible wrong answers for 07_3d_parallelism. Each mutant replaces whole solution cells (keyed by
+grade_id); the graded cell ``<grade_id>_tests`` of every replaced cell must then lose points.
+
+The issue's list: TP as the outermost mesh axis; DP gradients synchronised after every
+micro-batch (right values, m times the bytes); gradients synchronised across the wrong group; a
+planner that ignores pipeline in-flight activations, or lets TP cross machines without paying
+InfiniBand. And more: PP and DP groups swapped, no ValueError for bad shapes, the DP average
+without its 1/d, TP bytes of the forward only, DP bytes of half an all-reduce, both directions
+counted on end stages, ZeRO-1 sharding gradients, recomputation ignored in memory or in time,
+GPipe's bubble convention (p-1)/(m+p-1) where the course uses (p-1)/m.
+"""
+
+MUTANTS = {
+    'wrong_axes': {
+        'mesh': '''
+def mesh_groups(world_size, dp, pp, tp):
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (dp, pp, tp)
+    grid with TP innermost."""
+    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    if dp * pp * tp != world_size:
+        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
+    rank = lambda d, p, t: (t * pp + p) * dp + d  # TP outermost
+    groups = {}
+    for d in range(dp):
+        for p in range(pp):
+            for t in range(tp):
+                groups[rank(d, p, t)] = {"coords": (d, p, t),
+                                         "tp": [rank(d, p, j) for j in range(tp)],
+                                         "pp": [rank(d, j, t) for j in range(pp)],
+                                         "dp": [rank(j, p, t) for j in range(dp)]}
+    return groups
+''',
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
+    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, outputs = [], []
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        out = stage(inp)
+        if p == pp - 1:
+            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        outputs.append(out)
+    group = mesh["dp"].get_group()
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        before = [q.grad.clone() if q.grad is not None else torch.zeros_like(q) for q in stage.parameters()]
+        if p == pp - 1:
+            out.backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+        for q, old in zip(stage.parameters(), before):   # sync each micro-batch's share: right values, m times the bytes
+            new = q.grad - old
+            dist.all_reduce(new, group=group)
+            q.grad = old + new / dp
+    return sum(out.item() for out in outputs) if p == pp - 1 else None
+''',
+        'bytes': '''
+def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
+    """Bytes a TP rank sends per step: 4 all-reduces of b*s*h values per block per micro-batch."""
+    return layers * n_micro * 2 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value  # forward only
+
+
+def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
+    """Bytes a pipeline stage sends per step: activations forward, gradients back."""
+    neighbours = (stage > 0) + (stage < pp - 1)
+    return neighbours * n_micro * b * s * h * bytes_per_value
+
+
+def dp_bytes(n_params, dp, bytes_per_value=4):
+    """Bytes a rank sends per step averaging its gradients over its DP group."""
+    return 2 * (dp - 1) / dp * n_params * bytes_per_value
+''',
+        'memory': '''
+def memory_per_gpu(model, plan):
+    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
+    psi = model.params / (plan.tp * plan.pp)
+    dp = plan.dp
+    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
+    gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
+    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
+    s, b, h, a = model.seq, plan.micro_batch, model.hidden, model.heads
+    per_layer = 2 * s * b * h / plan.tp if plan.recompute else s * b * h * (34 + 5 * a * s / h) / plan.tp
+    activations = model.n_layer / plan.pp * per_layer  # one micro-batch in flight
+    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+''',
+        'time': '''
+def step_time(model, cluster, plan):
+    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
+    def link(ranks):
+        return cluster.nvlink, cluster.nvlink_latency  # everything on NVLink
+
+    def ring_all_reduce(nbytes, ranks, bandwidth, latency):
+        return 0.0 if ranks == 1 else 2 * (ranks - 1) * latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+    gpus = tp * pp * dp
+    tokens = dp * m * b * model.seq
+    compute = (8 if plan.recompute else 6) * model.params * tokens / (gpus * cluster.flops * cluster.mfu)
+    activation = 2 * model.seq * b * model.hidden
+    bandwidth, latency = link(tp * pp)
+    grads = 2 * model.params / (tp * pp)
+    return {"compute": compute,
+            "bubble": (pp - 1) / m * compute,
+            "tp": model.n_layer / pp * m * 4 * ring_all_reduce(activation, tp, *link(tp)),
+            "pp": 2 * m * (latency + activation / bandwidth) if pp > 1 else 0.0,
+            "dp": ring_all_reduce(grads, dp, *link(gpus)) * (1.5 if plan.zero == 3 else 1.0)}
+''',
+    },
+    'wrong_groups': {
+        'mesh': '''
+def mesh_groups(world_size, dp, pp, tp):
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (dp, pp, tp)
+    grid with TP innermost."""
+    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    if dp * pp * tp != world_size:
+        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
+    rank = lambda d, p, t: (d * pp + p) * tp + t
+    groups = {}
+    for d in range(dp):
+        for p in range(pp):
+            for t in range(tp):
+                groups[rank(d, p, t)] = {"coords": (d, p, t),
+                                         "tp": [rank(d, p, j) for j in range(tp)],
+                                         "pp": [rank(j, p, t) for j in range(dp)],
+                                         "dp": [rank(d, j, t) for j in range(pp)]}
+    return groups
+''',
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
+    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, outputs = [], []
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        out = stage(inp)
+        if p == pp - 1:
+            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        outputs.append(out)
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        if p == pp - 1:
+            out.backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["tp"].get_group()  # the wrong axis
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+        param.grad /= dp
+    return sum(out.item() for out in outputs) if p == pp - 1 else None
+''',
+        'bytes': '''
+def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
+    """Bytes a TP rank sends per step: 4 all-reduces of b*s*h values per block per micro-batch."""
+    return layers * n_micro * 4 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value
+
+
+def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
+    """Bytes a pipeline stage sends per step: activations forward, gradients back."""
+    neighbours = (stage > 0) + (stage < pp - 1)
+    return neighbours * n_micro * b * s * h * bytes_per_value
+
+
+def dp_bytes(n_params, dp, bytes_per_value=4):
+    """Bytes a rank sends per step averaging its gradients over its DP group."""
+    return (dp - 1) / dp * n_params * bytes_per_value
+''',
+        'memory': '''
+def memory_per_gpu(model, plan):
+    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
+    psi = model.params / (plan.tp * plan.pp)
+    dp = plan.dp
+    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
+    gradients = 2 * psi / (dp if plan.zero >= 1 else 1)
+    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
+    s, b, h, a = model.seq, plan.micro_batch, model.hidden, model.heads
+    per_layer = 2 * s * b * h / plan.tp if plan.recompute else s * b * h * (34 + 5 * a * s / h) / plan.tp
+    activations = model.n_layer / plan.pp * min(plan.pp, plan.n_micro) * per_layer
+    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+''',
+        'time': '''
+def step_time(model, cluster, plan):
+    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
+    def link(ranks):
+        if ranks <= cluster.gpus_per_machine:
+            return cluster.nvlink, cluster.nvlink_latency
+        return cluster.ib_per_gpu, cluster.ib_latency
+
+    def ring_all_reduce(nbytes, ranks, bandwidth, latency):
+        return 0.0 if ranks == 1 else 2 * (ranks - 1) * latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+    gpus = tp * pp * dp
+    tokens = dp * m * b * model.seq
+    compute = (8 if plan.recompute else 6) * model.params * tokens / (gpus * cluster.flops * cluster.mfu)
+    activation = 2 * model.seq * b * model.hidden
+    bandwidth, latency = link(tp * pp)
+    grads = 2 * model.params / (tp * pp)
+    return {"compute": compute,
+            "bubble": (pp - 1) / (m + pp - 1) * compute,
+            "tp": model.n_layer / pp * m * 4 * ring_all_reduce(activation, tp, *link(tp)),
+            "pp": 2 * m * (latency + activation / bandwidth) if pp > 1 else 0.0,
+            "dp": ring_all_reduce(grads, dp, *link(gpus)) * (1.5 if plan.zero == 3 else 1.0)}
+''',
+    },
+    'lazy': {
+        'mesh': '''
+def mesh_groups(world_size, dp, pp, tp):
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (dp, pp, tp)
+    grid with TP innermost."""
+    rank = lambda d, p, t: (d * pp + p) * tp + t
+    groups = {}
+    for d in range(dp):
+        for p in range(pp):
+            for t in range(tp):
+                groups[rank(d, p, t)] = {"coords": (d, p, t),
+                                         "tp": [rank(d, p, j) for j in range(tp)],
+                                         "pp": [rank(d, j, t) for j in range(pp)],
+                                         "dp": [rank(j, p, t) for j in range(dp)]}
+    return groups
+''',
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
+    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, outputs = [], []
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        out = stage(inp)
+        if p == pp - 1:
+            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        outputs.append(out)
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        if p == pp - 1:
+            out.backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+    return sum(out.item() for out in outputs) if p == pp - 1 else None
+''',
+        'bytes': '''
+def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
+    """Bytes a TP rank sends per step: 4 all-reduces of b*s*h values per block per micro-batch."""
+    return layers * n_micro * 4 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value
+
+
+def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
+    """Bytes a pipeline stage sends per step: activations forward, gradients back."""
+    neighbours = 2 if pp > 1 else 0
+    return neighbours * n_micro * b * s * h * bytes_per_value
+
+
+def dp_bytes(n_params, dp, bytes_per_value=4):
+    """Bytes a rank sends per step averaging its gradients over its DP group."""
+    return 2 * (dp - 1) / dp * n_params * bytes_per_value
+''',
+        'memory': '''
+def memory_per_gpu(model, plan):
+    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
+    psi = model.params / (plan.tp * plan.pp)
+    dp = plan.dp
+    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
+    gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
+    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
+    s, b, h, a = model.seq, plan.micro_batch, model.hidden, model.heads
+    per_layer = s * b * h * (34 + 5 * a * s / h) / plan.tp
+    activations = model.n_layer / plan.pp * min(plan.pp, plan.n_micro) * per_layer
+    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+''',
+        'time': '''
+def step_time(model, cluster, plan):
+    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
+    def link(ranks):
+        if ranks <= cluster.gpus_per_machine:
+            return cluster.nvlink, cluster.nvlink_latency
+        return cluster.ib_per_gpu, cluster.ib_latency
+
+    def ring_all_reduce(nbytes, ranks, bandwidth, latency):
+        return 0.0 if ranks == 1 else 2 * (ranks - 1) * latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+    gpus = tp * pp * dp
+    tokens = dp * m * b * model.seq
+    compute = 6 * model.params * tokens / (gpus * cluster.flops * cluster.mfu)
+    activation = 2 * model.seq * b * model.hidden
+    bandwidth, latency = link(tp * pp)
+    grads = 2 * model.params / (tp * pp)
+    return {"compute": compute,
+            "bubble": (pp - 1) / m * compute,
+            "tp": model.n_layer / pp * m * 4 * ring_all_reduce(activation, tp, *link(tp)),
+            "pp": 2 * m * (latency + activation / bandwidth) if pp > 1 else 0.0,
+            "dp": ring_all_reduce(grads, dp, *link(gpus)) * (1.5 if plan.zero == 3 else 1.0)}
+''',
+    },
+}

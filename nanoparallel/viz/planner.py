@@ -45,6 +45,7 @@ def plot_plans(ranked: Sequence[Ranked], gpu_memory: float, title: str = "") -> 
                 bar.set_gid(f"{part}/{i}")
             bottom += values
         ax.set_xticks(xs, [_label(r) for r in ranked], rotation=35, ha="right", fontsize=7)
+        ax.set_xlabel("TP x PP x DP, ZeRO stage, micro-batch (rc: recomputation)", fontsize=7)
         if ranked:
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if not ranked:  # nothing fits: say so instead of drawing empty axes

@@ -16,6 +16,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from nanoparallel.planner import CLUSTERS, MODELS, NEOX_CLUSTER, NEOX_20B, NEOX_PLAN, Ranked, candidate_plans, search
 from nanoparallel.viz.widgets import pre_html, show_failure, show_figure
@@ -96,7 +97,13 @@ def plot_feasible(ranked: Sequence[Ranked], candidates, title: str = "fastest pl
     ax.set_xlabel("PP (stages)")
     ax.set_ylabel("TP (ranks)")
     ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, label="seconds per step")
+    bar = fig.colorbar(image, ax=ax, label="seconds per step")
+    # plain tick labels: LogNorm's default "3 x 10^1" needs mathtext fonts a fresh install may lack
+    bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    bar.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ticks = [v for v in (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 5000) if norm.vmin <= v <= norm.vmax]
+    if ticks:
+        bar.set_ticks(ticks)
     fig.tight_layout()
     return fig
 

@@ -20,17 +20,17 @@ for. Either way the cluster is usable again for the next call.
 """
 from __future__ import annotations
 
+import importlib
+import io
 import multiprocessing as mp
 import multiprocessing.connection
 import os
 import shutil
 import sys
-import importlib
-import io
 import tempfile
 import threading
-import types
 import time
+import types
 import weakref
 from contextlib import contextmanager
 

@@ -13,6 +13,8 @@ touching the committed ../course notebooks.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +62,33 @@ def score(root: str, student: str, assignment: str) -> tuple[float, float, list[
         return submission.score, submission.max_score, lost
 
 
+def integrity(root: str, student: str, assignment: str) -> dict:
+    """The guard's verdict on one submission (guarded_execute.py writes it while grading)."""
+    folder = os.path.join(root, "integrity", student, assignment)
+    verdict = {"flagged": False, "reasons": []}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        with open(os.path.join(folder, name)) as f:
+            found = json.load(f)
+        verdict["flagged"] |= found["flagged"]
+        verdict["reasons"] += found["reasons"]
+    return verdict
+
+
+def add_integrity_column(root: str, path: str) -> None:
+    """grades.csv gains `integrity`: empty, or why the guard flagged that submission."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return
+    for row in rows:
+        verdict = integrity(root, row["student_id"], row["assignment"])
+        row["integrity"] = "FLAGGED: " + " | ".join(verdict["reasons"]) if verdict["flagged"] else ""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=HERE)
@@ -78,11 +107,15 @@ def main(argv=None) -> int:
             nbgrader(args.root, "autograde", assignment, "--student", student, "--create", "--force")
             got, total, lost = score(args.root, student, assignment)
             detail = f"  lost: {', '.join(lost)}" if lost else ""
+            verdict = integrity(args.root, student, assignment)
+            if verdict["flagged"]:
+                detail += "  FLAGGED (tampering): " + " | ".join(verdict["reasons"])[:400]
             print(f"[{i}/{len(todo)}] {student} {assignment}: {got:g} / {total:g} points "
                   f"({time.monotonic() - start:.0f} s){detail}", flush=True)
     for assignment in sorted({a for _, a in todo}):
         nbgrader(args.root, "generate_feedback", assignment, "--force")
     nbgrader(args.root, "export", "--to", os.path.join(args.root, "grades.csv"))
+    add_integrity_column(args.root, os.path.join(args.root, "grades.csv"))
     print(f"Grades: {os.path.join(args.root, 'grades.csv')}; feedback: {os.path.join(args.root, 'feedback')}/")
     return 0
 

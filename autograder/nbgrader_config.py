@@ -23,3 +23,15 @@ c.ExecutePreprocessor.timeout = 60
 # Backstop only: the engine keeps its workers off stderr, and any stderr scores a cell 0.
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r".*(FutureWarning|DeprecationWarning).*"
+
+# Grading integrity: run every submission with the guard (see guarded_execute.py and the README).
+import sys  # noqa: E402
+
+sys.path.insert(0, here)
+from guarded_execute import GuardedExecute  # noqa: E402
+from nbgrader.converters.autograde import Autograde  # noqa: E402
+from nbgrader.preprocessors import Execute  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [GuardedExecute if p is Execute else p
+                                       for p in Autograde().autograde_preprocessors]
+c.GuardedExecute.timeout = 60

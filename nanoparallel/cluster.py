@@ -36,6 +36,7 @@ from contextlib import contextmanager
 
 import cloudpickle
 
+from nanoparallel import rank_guard
 from nanoparallel.board import StallWatch, StatusBoard
 from nanoparallel.errors import ClusterError, DeadlockError, deadlock_message, rank_error
 from nanoparallel.trace import Trace
@@ -385,6 +386,10 @@ def _died_info(w: _Worker, log_path: str) -> dict:
         with open(log_path, errors="replace") as f:
             tail = "".join(f.readlines()[-15:])
     message = f"rank {w.rank} died (exit code {w.process.exitcode})"
+    if w.process.exitcode == rank_guard.TAMPERED:
+        message = (f"rank {w.rank} was stopped by the grader's guard: notebook code changed what the "
+                   "checks rely on inside the rank (see the log lines below)")
+        sys.audit("nanoparallel.rank_tamper", f"rank {w.rank}: {tail.strip().splitlines()[-1] if tail.strip() else ''}")
     return {"type": "WorkerDied", "message": message, "frames": [], "pickled": None,
             "text": f"Last lines of the worker log:\n{tail}" if tail else ""}
 

@@ -153,8 +153,10 @@ def test_autograder_blank_zero_solution_full_mutants_lose(autograded, assignment
                 score, top = got[f"{grade_id}_tests"]
                 assert score < top, f"mutant {name!r}: {grade_id}_tests kept {score}/{top} points"
     with open(root / "grades.csv", newline="") as f:
-        graded = {row["student_id"] for row in csv.DictReader(f)
-                  if row["assignment"] == assignment and row["raw_score"] != ""}
+        rows = [row for row in csv.DictReader(f) if row["assignment"] == assignment]
+    graded = {row["student_id"] for row in rows if row["raw_score"] != ""}
+    false_alarms = {row["student_id"]: row["integrity"] for row in rows if row["integrity"]}
+    assert not false_alarms, f"the grader's guard flagged honest submissions: {false_alarms}"
     students = {"blank", "solution", *mutants}
     assert students <= graded, f"grades.csv lacks {students - graded} for {assignment}"
     assert (root / "feedback" / "solution" / assignment / f"{assignment}.html").exists()

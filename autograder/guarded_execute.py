@@ -1,0 +1,254 @@
+"""nbgrader's Execute step, with a witness in the kernel that the submission cannot talk past.
+
+`GuardedExecute` replaces nbgrader's `Execute` in `Autograde` (see nbgrader_config.py). For each
+submission it:
+
+1. writes a plan for the kernel's guard (`nanoparallel.guard`) into a private file: a fresh random
+   key, a nonce per locked and graded cell, each graded cell's exact code, the names the
+   submission's solution cells define (the only names it may bind), the digests of the course's
+   own code;
+2. wraps each graded cell in one `if` block that tells the guard where it starts and, on its last
+   line, that it reached its end, and marks each locked cell's start and end; starts the kernel
+   with the guard loaded as an IPython extension (it reads and deletes the plan before any cell)
+   and the ranks in guarded mode (`NANOPARALLEL_GUARDED=1`);
+3. after the run, puts the cells' own source back and reads the guard's records, keeping only those
+   whose MAC verifies. A graded cell without a valid "ok" record gets an `IntegrityError` output,
+   so nbgrader scores it 0, and the feedback says why. The verdict per cell goes to
+   `integrity/<student>/<assignment>/<notebook>.json` under the course folder, which
+   `grade.py` prints and adds to grades.csv.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+import textwrap
+
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import List
+
+from nanoparallel.guard import ENV as GUARD_ENV
+from nanoparallel.provenance import code_digest, nested_codes
+from nanoparallel.rank_guard import ENV as RANKS_ENV
+
+FUTURE_ANNOTATIONS = 0x1000000  # __future__.annotations.compiler_flag
+
+
+def _transform(source: str) -> str:
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager().transform_cell(source)
+
+
+def bound_names(source: str) -> set[str]:
+    """Names a cell binds at top level (assignments, definitions, imports, loops, with-as)."""
+    try:
+        tree = ast.parse(_transform(source))
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+
+    def targets(node):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                names.add(n.id)
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    names.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor,
+                                   ast.With, ast.AsyncWith, ast.NamedExpr)):
+                targets(node)
+            elif isinstance(node, ast.Expr):
+                targets(node)  # walrus
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    visit(inner)
+    visit(tree.body)
+    return names
+
+
+def _digests(source: str) -> set[str]:
+    found = set()
+    for flags in (0, FUTURE_ANNOTATIONS):
+        code = compile(source, "<cell>", "exec", flags=flags, dont_inherit=True)
+        found.update(code_digest(c) for c in nested_codes(code))
+    return found
+
+
+def wrap_graded(source: str, nonce: str) -> str:
+    body = textwrap.indent(_transform(source).rstrip("\n") or "pass", "    ")
+    return (f'if __import__("sys").audit("nanoparallel.graded_begin", "{nonce}") is None:\n'
+            f"{body}\n"
+            f'    __import__("sys").audit("nanoparallel.graded_end", "{nonce}")\n')
+
+
+def wrap_locked(source: str, nonce: str) -> str:
+    """Start and end markers; the end goes before a final expression so that it still displays."""
+    text = _transform(source).rstrip("\n")
+    begin = f'__import__("sys").audit("nanoparallel.locked", "{nonce}")'
+    end = f'__import__("sys").audit("nanoparallel.locked_end", "{nonce}")'
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return begin + "\n" + text
+    lines = text.split("\n")
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        at = tree.body[-1].lineno - 1
+        lines = lines[:at] + [end] + lines[at:]
+    else:
+        lines.append(end)
+    return "\n".join([begin, *lines])
+
+
+def _kind(cell) -> str | None:
+    meta = cell.metadata.get("nbgrader", {})
+    if cell.cell_type != "code":
+        return None
+    if meta.get("solution"):
+        return "solution"
+    if meta.get("grade"):
+        return "graded"
+    if meta.get("locked"):
+        return "locked"
+    return None
+
+
+def plan_for(nb, key: bytes, records: str) -> tuple[dict, dict]:
+    """The guard's plan and, per cell index, (nonce, kind, wrapped source)."""
+    cells, wrapped, trusted = {}, {}, set()
+    defined_by_course, defined_by_submission = set(), set()
+    for index, cell in enumerate(nb.cells):
+        kind = _kind(cell)
+        if kind == "solution":
+            defined_by_submission |= bound_names(cell.source)
+            continue
+        if kind is None:
+            continue
+        nonce = secrets.token_hex(16)
+        grade_id = cell.metadata["nbgrader"].get("grade_id", f"cell-{index}")
+        source = wrap_graded(cell.source, nonce) if kind == "graded" else wrap_locked(cell.source, nonce)
+        try:
+            trusted |= _digests(source)
+        except SyntaxError:
+            pass
+        binds = bound_names(cell.source)
+        defined_by_course |= binds
+        cells[nonce] = {"grade_id": grade_id, "kind": kind, "binds": sorted(binds), "source": source}
+        wrapped[index] = (nonce, kind, source)
+    exempt = defined_by_submission - defined_by_course - set(dir(builtins))
+    plan = {"key": key.hex(), "records": records, "cells": cells, "exempt": sorted(exempt),
+            "trusted_code": sorted(trusted)}
+    return plan, wrapped
+
+
+def read_records(path: str, key: bytes) -> list[dict]:
+    entries = []
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return entries
+    for line in lines:
+        mac, _, body = line.partition(" ")
+        want = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        if hmac.compare_digest(mac, want):
+            entries.append(json.loads(body))
+    return entries
+
+
+def _integrity_error(reason: str) -> NotebookNode:
+    text = f"IntegrityError: {reason}"
+    return NotebookNode(output_type="error", ename="IntegrityError", evalue=reason,
+                        traceback=[f"\x1b[0;31mIntegrityError\x1b[0m: {reason}"] if text else [])
+
+
+def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
+    """Mark graded cells that have no valid 'ok' record; return the verdict for the instructor."""
+    if not any(e.get("kind") == "installed" for e in entries):
+        raise RuntimeError("the grader's guard did not start in the kernel: is nanoparallel installed "
+                           "in the environment nbgrader runs?")
+    probes = [e["reason"] for e in entries if e.get("kind") == "probe"]
+    findings = [e["reason"] for e in entries if e.get("kind") == "finding"]
+    graded = {e["nonce"]: e for e in entries if e.get("kind") == "graded"}
+    cells, reasons = {}, list(probes) + findings
+    for index, (nonce, kind, _) in wrapped.items():
+        if kind != "graded":
+            continue
+        cell = nb.cells[index]
+        grade_id = cell.metadata["nbgrader"].get("grade_id")
+        failed = any(o.get("output_type") == "error" for o in cell.outputs)
+        entry = graded.get(nonce)
+        if entry and entry["status"] == "ok":
+            continue
+        if entry:
+            why = "; ".join(entry["findings"])
+            reasons.append(f"{grade_id}: {why}")
+            cells[grade_id] = why
+            cell.outputs.append(_integrity_error(f"this cell scores 0: {why}"))
+        elif probes:
+            why = f"the grader's guard stopped witnessing this notebook ({probes[0]})"
+            cells[grade_id] = why
+            cell.outputs.append(_integrity_error(f"this cell scores 0: {why}"))
+        elif not failed:
+            why = ("this cell's checks never reported reaching their last line, yet the notebook shows "
+                   "no error: something stopped them or hid their failure")
+            reasons.append(f"{grade_id}: {why}")
+            cells[grade_id] = why
+            cell.outputs.append(_integrity_error(f"this cell scores 0: {why}"))
+    return {"flagged": bool(reasons), "reasons": reasons, "cells": cells}
+
+
+class GuardedExecute(Execute):
+    """Execute, witnessed: see the module docstring."""
+
+    extra_arguments = List(["--HistoryManager.hist_file=:memory:",
+                            "--IPKernelApp.extra_extensions=nanoparallel.guard"]).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        key = secrets.token_bytes(32)
+        originals = [cell.source for cell in nb.cells]
+        with tempfile.TemporaryDirectory(prefix="nanoparallel-guard-") as private:
+            os.chmod(private, 0o700)
+            records = os.path.join(private, "records")
+            open(records, "w").close()
+            plan, wrapped = plan_for(nb, key, records)
+            plan_path = os.path.join(private, "plan.json")
+            with open(os.open(plan_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                json.dump(plan, f)
+            for index, (_, _, source) in wrapped.items():
+                nb.cells[index].source = source
+            saved = {name: os.environ.get(name) for name in (GUARD_ENV, RANKS_ENV)}
+            os.environ[GUARD_ENV], os.environ[RANKS_ENV] = plan_path, "1"
+            try:
+                nb, resources = super().preprocess(nb, resources)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+                for cell, source in zip(nb.cells, originals):
+                    cell.source = source
+            verdict = judge(nb, wrapped, read_records(records, key))
+        self._save_verdict(resources, verdict)
+        return nb, resources
+
+    def _save_verdict(self, resources, verdict: dict) -> None:
+        info = resources.get("nbgrader", {})
+        student, assignment = info.get("student", "unknown"), info.get("assignment", "unknown")
+        notebook = info.get("notebook", "notebook")
+        folder = os.path.join(os.getcwd(), "integrity", student, assignment)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{notebook}.json"), "w") as f:
+            json.dump(verdict, f, indent=1)

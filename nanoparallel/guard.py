@@ -1,0 +1,355 @@
+"""The autograder's witness inside a submission's kernel.
+
+Loaded as an IPython extension before any cell (`autograder/guarded_execute.py` starts kernels
+with it and with `NANOPARALLEL_GUARD` naming a plan file); without that variable it does nothing.
+It reads the plan (a fresh key, the cells to expect, the digests of the course's own code),
+deletes it, and installs an audit hook (PEP 578: Python lets no code remove one). From then on:
+
+- every locked cell announces itself on its first line and at its end, and each graded cell runs
+  wrapped in one `if` block that announces its start and, on its very last line, its end;
+- at a graded cell's end the hook checks that the frame reaching it runs exactly the course's
+  code for that cell (a digest of the code object), in the notebook's namespace, and that
+  everything the cell reads is as the course shipped it: names bound by locked cells (same
+  object, same contents), the builtins, `sys.modules`, IPython's input/AST transformers, event
+  callbacks and exception handlers, tracing, torch's function modes and library overrides, and,
+  through the objects those names reach, every module attribute, class attribute, instance
+  attribute, default and closure (nothing of it made by notebook code);
+- it writes one record per graded cell, MAC'd with the key, to a file the grader reads after
+  the run. A cell with no valid "ok" record scores 0.
+
+Operations that could reach the key (walking the interpreter's objects with `gc`, other threads'
+frames, tracing or profiling hooks, `ctypes`, another audit hook, the process's memory in /proc)
+destroy the key when notebook code performs them: every later graded cell then has no valid
+record and scores 0, and the grader flags the submission. What this stops and what it does not is
+stated in the README ("Grading integrity").
+"""
+from __future__ import annotations
+
+import __future__
+import builtins
+import hashlib
+import importlib
+import hmac
+import json
+import os
+import sys
+import types
+
+from nanoparallel.provenance import Provenance, code_digest, frame_is_notebook, is_library_file, nested_codes
+
+ENV = "NANOPARALLEL_GUARD"
+_PROBES = {"sys.settrace", "sys.setprofile", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+           "gc.get_referents", "sys.addaudithook"}
+
+
+def load_ipython_extension(ip) -> None:
+    plan_path = os.environ.pop(ENV, None)
+    if plan_path:
+        install(ip, plan_path)
+
+
+def install(ip, plan_path: str) -> None:
+    with open(plan_path) as f:
+        plan = json.load(f)
+    os.unlink(plan_path)
+    fd = os.open(plan["records"], os.O_WRONLY | os.O_APPEND)
+    _import_engine()
+    # Everything the hook needs lives in this closure: no module attribute points at it.
+    sys.audit("nanoparallel.guard_installing")
+    _hook = _make_hook(ip, bytes.fromhex(plan["key"]), fd, plan)
+    sys.addaudithook(_hook)
+
+
+def _import_engine() -> None:
+    """Load torch and the engine (not its pictures) before any cell, so that what they are now is
+    what the guard remembers."""
+    import pkgutil
+
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import nanoparallel
+    for info in pkgutil.iter_modules(nanoparallel.__path__):
+        if info.name != "viz":
+            importlib.import_module(f"nanoparallel.{info.name}")
+
+
+def _shape(value, depth: int = 0):
+    """A comparable summary of plain data (numbers, strings, containers of them); None otherwise."""
+    t = type(value)
+    if t in (int, float, str, bool, bytes, type(None)):
+        return (t.__name__, value)
+    if depth > 3:
+        return None
+    if t in (list, tuple, set, frozenset):
+        items = [_shape(v, depth + 1) for v in value]
+        return (t.__name__, sorted(map(repr, items)) if t in (set, frozenset) else items)
+    if t is dict:
+        return ("dict", sorted((repr(k), repr(_shape(v, depth + 1))) for k, v in value.items()))
+    return None
+
+
+def _hook_findings(ip, prov: Provenance) -> list[str]:
+    """Notebook code installed where IPython or Python would run it instead of, or around, a cell."""
+    found = []
+    manager = getattr(ip, "input_transformer_manager", None)
+    places = {
+        "IPython's input transformers": [*ip.input_transformers_cleanup, *ip.input_transformers_post,
+                                         *getattr(manager, "line_transforms", []),
+                                         *getattr(manager, "token_transformers", [])],
+        "IPython's AST transformers": list(ip.ast_transformers),
+        "IPython's event callbacks": [cb for cbs in ip.events.callbacks.values() for cb in cbs],
+        "the shell's own methods": [v for v in vars(ip).values()
+                                    if type(v) in (types.FunctionType, types.MethodType)],
+        "sys.meta_path or sys.path_hooks": [*sys.meta_path, *sys.path_hooks],
+        "sys.excepthook or sys.displayhook": [sys.excepthook, sys.displayhook],
+        "tracing or profiling": [f for f in (sys.gettrace(), sys.getprofile()) if f is not None],
+    }
+    for where, items in places.items():
+        if any(prov.is_notebook(item) for item in items):
+            found.append(f"notebook code was installed in {where}")
+    if ip.custom_exceptions:
+        found.append("a custom exception handler was set (set_custom_exc)")
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        found.append("a trace or profile function is active")
+    torch = sys.modules.get("torch")
+    if torch is not None and (torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack()):
+        found.append("a torch function or dispatch mode is active")
+    return found
+
+
+def _make_hook(ip, key: bytes, fd: int, plan: dict):
+    user_ns = ip.user_ns
+    cells = plan["cells"]                     # nonce -> {grade_id, kind, digest, binds}
+    exempt = frozenset(plan["exempt"])        # names the submission's solution cells define
+    trusted = frozenset(plan["trusted_code"])
+    notebook_code: set = set()
+    prov = Provenance(user_ns, trusted, notebook_code)
+    builtins_before = dict(builtins.__dict__)
+    # The engine's own data (constants, tables): the walk compares what it reaches with this.
+    engine_data = {(name, key): _shape(value) for name, module in list(sys.modules.items())
+                   if name.startswith("nanoparallel") and module is not None
+                   for key, value in list(vars(module).items()) if _shape(value) is not None}
+    modules_before = dict(sys.modules)
+    # What happened that a graded cell's end cannot see any more (a transient change, a rank's
+    # report): charged to the graded cell running, or else to the next one.
+    pending: list = []
+    state = {"key": key, "busy": False, "seen": [], "baseline": {}, "graded": None}
+    _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
+
+    def record(entry: dict) -> None:
+        if state["key"] is None:
+            return
+        body = _dumps(entry, sort_keys=True)
+        mac = _hmac_new(state["key"], body.encode(), hashlib.sha256).hexdigest()
+        try:
+            _write(fd, f"{mac} {body}\n".encode())
+        except OSError:
+            state["key"] = None
+
+    def destroy(reason: str) -> None:
+        record({"kind": "probe", "reason": reason, "after": state["seen"][-1:] or None})
+        state["key"] = None
+
+    def findings_for(frame, nonce: str) -> list[str]:
+        found = []
+        cell = cells[nonce]
+        flags = frame.f_code.co_flags & _FUTURE_FLAGS
+        expected = code_digest(compile(cell["source"], "<cell>", "exec", flags=flags, dont_inherit=True))
+        if code_digest(frame.f_code) != expected:
+            found.append("the code that reached this cell's last line is not the cell as the course wrote it")
+        if frame.f_globals is not user_ns or frame.f_builtins is not builtins.__dict__:
+            found.append("the cell ran in a namespace other than the notebook's")
+        for name, value in builtins_before.items():
+            now = builtins.__dict__.get(name, _MISSING)
+            # ipykernel swaps input() per request; only notebook-made replacements count.
+            if now is _MISSING or (now is not value and prov.is_notebook(now)):
+                found.append(f"the builtin {name!r} was replaced or removed")
+        for name in builtins.__dict__.keys() - builtins_before.keys():
+            if prov.is_notebook(builtins.__dict__[name]):
+                found.append(f"a builtin {name!r} was added")
+        for name, module in modules_before.items():
+            if sys.modules.get(name) is not module and name != "__main__":
+                found.append(f"sys.modules[{name!r}] was replaced or removed")
+        if builtins.__import__ is not builtins_before["__import__"]:
+            found.append("builtins.__import__ was replaced")
+        found += _hook_findings(ip, prov)
+        found += _walk(frame.f_code)
+        found += pending
+        pending.clear()
+        return found
+
+    def _walk(code) -> list[str]:
+        found = []
+        names: set = set()
+        for c in nested_codes(code):
+            names.update(c.co_names)
+        attrs = set(names)
+        queue, seen = [], set()
+
+        def reach(name, namespace, label):
+            if name not in namespace:
+                return
+            value = namespace[name]
+            if namespace is user_ns:
+                if name in exempt:
+                    return  # the submission's own answer: its business
+                base = state["baseline"].get(name)
+                if base is not None:
+                    if value is not base[0]:
+                        found.append(f"{name!r}, defined by a locked cell, was rebound")
+                        return
+                    if base[1] is not None and _shape(value) != base[1]:
+                        found.append(f"{name!r}, defined by a locked cell, was changed in place")
+            queue.append((label, value))
+
+        for name in names:
+            reach(name, user_ns, name)
+        while queue:
+            label, obj = queue.pop()
+            if id(obj) in seen or len(seen) > 20000:
+                continue
+            seen.add(id(obj))
+            if prov.is_notebook(obj):
+                found.append(f"{label} is notebook code, not the course's ({prov.why(obj)})")
+                continue
+            t = type(obj)
+            if t is types.ModuleType:
+                namespace = obj.__dict__
+                for n in attrs & namespace.keys():
+                    before = engine_data.get((obj.__name__, n))
+                    if before is not None and _shape(namespace[n]) != before:
+                        found.append(f"{obj.__name__}.{n} was changed")
+                    queue.append((f"{obj.__name__}.{n}", namespace[n]))
+            elif t is types.FunctionType:
+                if _expand(obj):
+                    fcode = obj.__code__
+                    for c in nested_codes(fcode):
+                        attrs.update(c.co_names)
+                        for n in c.co_names:
+                            reach(n, obj.__globals__, f"{obj.__module__}.{n}")
+                    for i, d in enumerate(obj.__defaults__ or ()):
+                        queue.append((f"a default of {obj.__qualname__}", d))
+                    for d in (obj.__kwdefaults__ or {}).values():
+                        queue.append((f"a default of {obj.__qualname__}", d))
+                    for cell in obj.__closure__ or ():
+                        try:
+                            queue.append((f"a variable captured by {obj.__qualname__}", cell.cell_contents))
+                        except ValueError:
+                            pass
+            elif t is types.MethodType:
+                queue.append((label, obj.__func__))
+                queue.append((label, obj.__self__))
+            elif t in (staticmethod, classmethod):
+                queue.append((label, obj.__func__))
+            elif t is property:
+                queue += [(label, f) for f in (obj.fget, obj.fset, obj.fdel) if f is not None]
+            elif isinstance(obj, type):
+                for n in attrs:
+                    for klass in obj.__mro__:
+                        if n in klass.__dict__:
+                            queue.append((f"{obj.__qualname__}.{n}", klass.__dict__[n]))
+                            break
+            else:
+                try:
+                    namespace = object.__getattribute__(obj, "__dict__")
+                except (AttributeError, TypeError):
+                    namespace = None
+                if type(namespace) is dict:
+                    for n in attrs & namespace.keys():
+                        queue.append((f"{label}.{n}", namespace[n]))
+                queue.append((f"type({label})", t))
+        return found
+
+    def _expand(fn) -> bool:
+        # Follow the engine's code and the course's cells; other libraries are checked where a
+        # name reaches them, not walked through.
+        filename = fn.__code__.co_filename
+        return fn.__globals__ is user_ns or (is_library_file(filename) and "nanoparallel" in filename
+                                             and "site-packages" not in filename)
+
+    def on_marker(event: str, nonce) -> None:
+        cell = cells.get(nonce) if type(nonce) is str else None
+        if cell is None:
+            record({"kind": "finding", "reason": f"an unknown cell marker {event}"})
+            return
+        if event == "nanoparallel.locked_end":
+            for name in cell["binds"]:
+                if name in user_ns:
+                    value = user_ns[name]
+                    state["baseline"][name] = (value, _shape(value))
+            return
+        if event in ("nanoparallel.locked", "nanoparallel.graded_begin"):
+            state["seen"].append(cell["grade_id"])
+            if event == "nanoparallel.graded_begin":
+                state["graded"] = nonce
+                # What happened outside a graded cell is gone by now (a stopped rank restarts) or
+                # still visible to this cell's own checks: report it, charge it to no cell.
+                for reason in pending:
+                    record({"kind": "finding", "reason": reason})
+                pending.clear()
+            return
+        # graded_end: the frame that called sys.audit is the cell's own code
+        frame = _getframe(2)
+        found = findings_for(frame, nonce) if state["graded"] == nonce else \
+            ["this cell's end was reached without its start"]
+        state["graded"] = None
+        record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
+                "status": "ok" if not found else "tampered", "findings": found[:20]})
+
+    def hook(event: str, args) -> None:
+        if state["busy"]:
+            return
+        if event == "sys.addaudithook" and state.get("installed"):
+            if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
+                destroy("the notebook tried to add an audit hook")
+            raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
+        if not event.startswith(("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
+                                 "object.__setattr__", "open")):
+            return
+        state["busy"] = True
+        try:
+            if event == "nanoparallel.guard_installing":
+                return
+            if event.startswith("nanoparallel."):
+                if event == "nanoparallel.rank_tamper":
+                    pending.append(f"a rank found its interpreter changed by notebook code: {args[0]}")
+                else:
+                    on_marker(event, args[0] if args else None)
+                return
+            if event in ("exec", "function.__new__"):
+                code = args[0]
+                if isinstance(code, types.CodeType) and frame_is_notebook(_caller(), notebook_code):
+                    notebook_code.update(id(c) for c in nested_codes(code))
+                    _keep.append(code)  # ids must stay unique while remembered
+                return
+            if event == "object.__setattr__":
+                target, name = args[0], args[1]
+                if type(target) is types.FunctionType and not prov.is_notebook(target) and \
+                        frame_is_notebook(_caller(), notebook_code):
+                    pending.append(f"notebook code set {name} of {target.__qualname__}")
+                return
+            if event == "open":
+                path = args[0]
+                if type(path) is str and path.startswith("/proc/") and path.rstrip("/").endswith(("mem", "environ")) \
+                        and frame_is_notebook(_caller(), notebook_code):
+                    destroy(f"the notebook opened {path}")
+                return
+            if (event in _PROBES or event.startswith("ctypes.")) and state["key"] is not None \
+                    and frame_is_notebook(_caller(), notebook_code):
+                destroy(f"the notebook called {event}")
+        finally:
+            state["busy"] = False
+
+    def _caller():
+        # Frame 0 is this helper, 1 the hook; 2 is the code that raised the event.
+        return _getframe(2)
+
+    _keep: list = []
+    state["installed"] = True
+    record({"kind": "installed"})
+    return hook
+
+
+_MISSING = object()
+_FUTURE_FLAGS = sum(getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)

@@ -1,0 +1,80 @@
+"""Tampering attempts on 00_welcome. Each replaces solution cells (keyed by grade_id) with wrong
+answers plus a way around the checks; every graded cell in `zero` must score 0 and the
+submission must be flagged, while the graded cells in `full` (real answers, graded before the
+tampering) keep their points."""
+
+STUBS = {
+    "training_time": '''
+def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
+    return 0.0
+
+def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
+    return 0
+''',
+    "transfer_time": '''
+def transfer_seconds(nbytes, bandwidth, latency):
+    return 0.0
+
+def across_vs_inside(nbytes):
+    return 0.0
+''',
+    "pass_right": '''
+def pass_right(tensor):
+    return tensor
+''',
+}
+
+
+def _all_stubbed(tamper: str) -> dict:
+    return {**STUBS, "training_time": tamper + STUBS["training_time"]}
+
+
+ALL = ["training_time", "transfer_time", "pass_right"]
+
+TAMPERING = {
+    # Rebinding the names the setup cell imported.
+    "rebind_names": {"cells": _all_stubbed('''
+assert_close = assert_ranks_close = assert_ops_within = lambda *args, **kwargs: None
+'''), "zero": ALL, "full": []},
+    # Patching the engine's module attributes that the checks call.
+    "patch_engine_module": {"cells": _all_stubbed('''
+import nanoparallel.checks as _checks
+_checks._compare = lambda *args, **kwargs: None
+for _name in ("assert_ops_within", "assert_peers", "assert_bytes_sent", "assert_all_waited"):
+    setattr(_checks, _name, lambda *args, **kwargs: None)
+'''), "zero": ALL, "full": []},
+    # Replacing modules in sys.modules and a builtin.
+    "sys_modules_and_builtins": {"cells": _all_stubbed('''
+import builtins, sys, types
+_fake = types.ModuleType("math")
+_fake.isclose = lambda *args, **kwargs: True
+sys.modules["math"] = _fake
+builtins.isinstance = lambda obj, cls: True
+'''), "zero": ALL, "full": []},
+    # An input transformer that turns every later cell into `pass`: the checks never run.
+    "input_transformer": {"cells": {"pass_right": '''
+get_ipython().input_transformers_cleanup.append(lambda lines: ["pass\\n"])
+''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Swallowing every exception, so failing checks show no error.
+    "custom_exception_handler": {"cells": _all_stubbed('''
+get_ipython().set_custom_exc((BaseException,), lambda *args, **kwargs: None)
+'''), "zero": ALL, "full": []},
+    # Monkeypatching Cluster.run and the trace: fake results, an empty trace.
+    "patch_cluster_and_trace": {"cells": {"pass_right": '''
+from nanoparallel import Cluster
+from nanoparallel.trace import Trace
+_real_run = Cluster.run
+def _fake_run(self, fn, *args, **kwargs):
+    out = _real_run(self, lambda: __import__("torch").zeros(0))
+    return out
+Cluster.run = _fake_run
+Trace.comm = lambda self: []
+Trace.bytes_sent = lambda self, *args, **kwargs: 0
+''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Reaching for the interpreter's internals (here: a trace function).
+    "settrace_probe": {"cells": {"pass_right": '''
+import sys
+sys.settrace(lambda *args: None)
+sys.settrace(None)
+''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+}

@@ -74,6 +74,13 @@ def integrity(root: str, student: str, assignment: str) -> dict:
     return verdict
 
 
+def save_ungraded(root: str, student: str, assignment: str, why: str) -> None:
+    folder = os.path.join(root, "integrity", student, assignment)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "not_graded.json"), "w") as f:
+        json.dump({"flagged": True, "reasons": [why], "cells": {}}, f, indent=1)
+
+
 def add_integrity_column(root: str, path: str) -> None:
     """grades.csv gains `integrity`: empty, or why the guard flagged that submission."""
     with open(path, newline="") as f:
@@ -100,11 +107,21 @@ def main(argv=None) -> int:
     if not todo:
         print(f"No submissions found under {os.path.join(args.root, 'submitted')}/<student>/<assignment>/")
         return 1
+    failed: list[str] = []
     if not args.feedback_only:
         register(args.root, {a for _, a in todo})
         for i, (student, assignment) in enumerate(todo, 1):
             start = time.monotonic()
-            nbgrader(args.root, "autograde", assignment, "--student", student, "--create", "--force")
+            try:
+                nbgrader(args.root, "autograde", assignment, "--student", student, "--create", "--force")
+            except RuntimeError as exc:
+                # One submission that breaks its kernel must not stop the class's grading.
+                last = [line for line in str(exc).splitlines() if line.strip()][-3:]
+                why = f"nbgrader could not grade it ({' / '.join(last)})"
+                save_ungraded(args.root, student, assignment, why)
+                failed.append(f"{student} {assignment}")
+                print(f"[{i}/{len(todo)}] {student} {assignment}: NOT GRADED, FLAGGED: {why[:300]}", flush=True)
+                continue
             got, total, lost = score(args.root, student, assignment)
             detail = f"  lost: {', '.join(lost)}" if lost else ""
             verdict = integrity(args.root, student, assignment)
@@ -117,6 +134,8 @@ def main(argv=None) -> int:
     nbgrader(args.root, "export", "--to", os.path.join(args.root, "grades.csv"))
     add_integrity_column(args.root, os.path.join(args.root, "grades.csv"))
     print(f"Grades: {os.path.join(args.root, 'grades.csv')}; feedback: {os.path.join(args.root, 'feedback')}/")
+    if failed:
+        print(f"Not graded (see above; they have no score and are flagged in grades.csv): {', '.join(failed)}")
     return 0
 
 

@@ -206,6 +206,12 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
             reasons.append(f"{grade_id}: {why}")
             cells[grade_id] = why
             cell.outputs.append(_integrity_error(f"this cell scores 0: {why}"))
+    if reasons:
+        # Said at the top of the feedback too, where no grade depends on it (stdout, not an error).
+        first = next(c for c in nb.cells if c.cell_type == "code")
+        first.outputs.append(NotebookNode(output_type="stream", name="stdout", text=(
+            "IntegrityError: the grader flagged this submission for the instructor:\n- "
+            + "\n- ".join(reasons) + "\n")))
     return {"flagged": bool(reasons), "reasons": reasons, "cells": cells}
 
 

@@ -288,6 +288,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 for reason in pending:
                     record({"kind": "finding", "reason": reason})
                 pending.clear()
+                # Tampering that is already in place is reported even if the cell then fails.
+                for reason in findings_for(_getframe(2), nonce):
+                    record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
             return
         # graded_end: the frame that called sys.audit is the cell's own code
         frame = _getframe(2)
@@ -319,6 +322,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 return
             if event in ("exec", "function.__new__"):
                 code = args[0]
+                if isinstance(code, types.CodeType) and is_library_file(code.co_filename) and \
+                        _importing(_caller()):
+                    return  # a library module's own code, run by an import the notebook asked for
                 if isinstance(code, types.CodeType) and frame_is_notebook(_caller(), notebook_code):
                     notebook_code.update(id(c) for c in nested_codes(code))
                     _keep.append(code)  # ids must stay unique while remembered
@@ -330,7 +336,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     pending.append(f"notebook code set {name} of {target.__qualname__}")
                 return
             if event == "open":
-                path = args[0]
+                path, mode = args[0], args[1] if len(args) > 1 else None
+                writing = type(mode) is str and any(m in mode for m in "wax+") or (
+                    type(mode) is int and mode & (os.O_WRONLY | os.O_RDWR))
+                if type(path) is str and writing and is_library_file(path) and \
+                        frame_is_notebook(_caller(), notebook_code):
+                    destroy(f"the notebook wrote to the installed file {path}")
+                    return
                 if type(path) is str and path.startswith("/proc/") and path.rstrip("/").endswith(("mem", "environ")) \
                         and frame_is_notebook(_caller(), notebook_code):
                     destroy(f"the notebook opened {path}")
@@ -352,4 +364,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 
 
 _MISSING = object()
+
+
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename == "<frozen importlib._bootstrap>":
+            return True
+        frame = frame.f_back
+    return False
 _FUTURE_FLAGS = sum(getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)

@@ -49,7 +49,7 @@ import builtins, sys, types
 _fake = types.ModuleType("math")
 _fake.isclose = lambda *args, **kwargs: True
 sys.modules["math"] = _fake
-builtins.isinstance = lambda obj, cls: True
+builtins.sorted = lambda iterable, **kwargs: list(iterable)
 '''), "zero": ALL, "full": []},
     # An input transformer that turns every later cell into `pass`: the checks never run.
     "input_transformer": {"cells": {"pass_right": '''

@@ -13,7 +13,7 @@ NB         ?=
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 ASSIGNMENTS = $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: setup lab test test-fast validate release autograde feedback grades bench clean
+.PHONY: setup lab test test-fast validate release student-release autograde feedback grades bench clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,11 @@ validate: setup
 release: setup
 	cd autograder && for a in $(ASSIGNMENTS); do nbgrader generate_assignment "$$a" --force --log-level=WARN || exit 1; done
 
+# The bundle to hand out to a graded class: course/, the engine and a Makefile for `make lab`;
+# no solutions, hidden tests or autograder (build/nanoparallel-course.tar.gz).
+student-release: setup
+	$(BIN)/python autograder/student_release.py
+
 # Grades autograder/submitted/<student>/<assignment>/ into grades.csv and feedback/.
 autograde: setup
 	$(BIN)/python autograder/grade.py
@@ -58,4 +63,4 @@ bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf autograder/autograded autograder/feedback autograder/gradebook.db autograder/grades.csv .pytest_cache
+	rm -rf build autograder/autograded autograder/integrity autograder/feedback autograder/gradebook.db autograder/grades.csv .pytest_cache

@@ -180,7 +180,10 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
                            "in the environment nbgrader runs?")
     probes = [e["reason"] for e in entries if e.get("kind") == "probe"]
     findings = [e["reason"] for e in entries if e.get("kind") == "finding"]
-    graded = {e["nonce"]: e for e in entries if e.get("kind") == "graded"}
+    graded = {}
+    for e in entries:  # a cell run again (its source copied from In[]) cannot undo a "tampered"
+        if e.get("kind") == "graded" and graded.get(e["nonce"], {}).get("status") != "tampered":
+            graded[e["nonce"]] = e
     cells, reasons = {}, list(probes) + findings
     for index, (nonce, kind, _) in wrapped.items():
         if kind != "graded":

@@ -118,6 +118,44 @@ def _hook_findings(ip, prov: Provenance) -> list[str]:
     return found
 
 
+# Methods through which a value can answer a check instead of being checked: comparisons, truth,
+# conversions to numbers, isinstance hooks, torch's overrides, a faked __class__.
+_LYING = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__float__", "__int__",
+          "__index__", "__complex__", "__instancecheck__", "__subclasscheck__", "__torch_function__",
+          "__torch_dispatch__", "__class__", "__array__", "__round__", "__abs__")
+
+
+def _lying_classes(prov: Provenance) -> list[str]:
+    """Classes whose notebook-written methods decide how their values compare or convert."""
+    found, stack, seen = [], [object, type], set()
+    while stack:
+        cls = stack.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        try:
+            stack.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+        namespace = cls.__dict__
+        for name in _LYING:
+            value = namespace.get(name)
+            if value is not None and prov.is_notebook(value) and not _generated_eq(cls, name, value):
+                found.append(f"the notebook's class {cls.__qualname__} defines {name}: its values could "
+                             "answer a check instead of being checked")
+    return found
+
+
+def _generated_eq(cls, name: str, fn) -> bool:
+    """The __eq__ that @dataclass writes (field by field), which decides nothing by itself."""
+    import dataclasses
+    if name != "__eq__" or "__dataclass_fields__" not in cls.__dict__ or type(fn) is not types.FunctionType:
+        return False
+    fields = [f.name for f in dataclasses.fields(cls) if f.compare]
+    probe = dataclasses.make_dataclass("Probe", fields).__eq__.__code__
+    return fn.__code__.co_code == probe.co_code and fn.__code__.co_names == probe.co_names
+
+
 def _make_hook(ip, key: bytes, fd: int, plan: dict):
     user_ns = ip.user_ns
     cells = plan["cells"]                     # nonce -> {grade_id, kind, digest, binds}
@@ -174,6 +212,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         if builtins.__import__ is not builtins_before["__import__"]:
             found.append("builtins.__import__ was replaced")
         found += _hook_findings(ip, prov)
+        found += _lying_classes(prov)
         found += _walk(frame.f_code)
         found += pending
         pending.clear()

@@ -77,4 +77,32 @@ import sys
 sys.settrace(lambda *args: None)
 sys.settrace(None)
 ''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Values that compare equal to anything.
+    "always_equal_values": {"cells": {**STUBS, "training_time": '''
+class _Anything(float):
+    def __eq__(self, other):
+        return True
+    __ne__ = lambda self, other: False
+
+def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
+    return _Anything(0.0)
+
+def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
+    return _Anything(0.0)
+'''}, "zero": ALL, "full": []},
+    # Hiding the failures: no traceback reaches the notebook.
+    "hidden_tracebacks": {"cells": _all_stubbed('''
+get_ipython().showtraceback = lambda *args, **kwargs: None
+get_ipython()._showtraceback = lambda *args, **kwargs: None
+'''), "zero": ALL, "full": []},
+    # Rewriting the graded cells as they are compiled: every assert becomes `pass`.
+    "ast_transformer": {"cells": {"pass_right": '''
+import ast
+
+class _NoAsserts(ast.NodeTransformer):
+    def visit_Assert(self, node):
+        return ast.Pass()
+
+get_ipython().ast_transformers.append(_NoAsserts())
+''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

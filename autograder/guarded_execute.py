@@ -79,10 +79,14 @@ def bound_names(source: str) -> set[str]:
 
 
 def _digests(source: str) -> set[str]:
+    """Digests of every code object a cell's source compiles to, the way IPython compiles it: one
+    top-level statement at a time (the bytecode of `module.f()` depends on whether the same unit
+    imported `module`), with or without `from __future__ import annotations` in effect."""
     found = set()
-    for flags in (0, FUTURE_ANNOTATIONS):
-        code = compile(source, "<cell>", "exec", flags=flags, dont_inherit=True)
-        found.update(code_digest(c) for c in nested_codes(code))
+    for node in ast.parse(source).body:
+        for flags in (0, FUTURE_ANNOTATIONS):
+            code = compile(ast.Module([node], []), "<cell>", "exec", flags=flags, dont_inherit=True)
+            found.update(code_digest(c) for c in nested_codes(code))
     return found
 
 

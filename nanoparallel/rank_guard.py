@@ -14,7 +14,7 @@ import os
 import sys
 import types
 
-from nanoparallel.provenance import frame_is_notebook
+from nanoparallel.provenance import Provenance, frame_is_notebook
 
 ENV = "NANOPARALLEL_GUARDED"
 TAMPERED = 86
@@ -38,20 +38,26 @@ def enabled() -> bool:
 
 def install():
     """Remember what the checks rely on and install the hook; return the after-run check."""
-    watched = []   # (namespace, name, value): callables and classes only, data may change
+    # (namespace, name, value, engine): callables and classes only, data may change. Torch and
+    # the standard library may rewrap their own functions (torch._dynamo wraps manual_seed), so
+    # there only a notebook-made replacement counts; the engine's never change.
+    watched = []
     classes = []
     for name in list(sys.modules):
         if name in _MODULES or name.startswith("nanoparallel"):
+            engine = name.startswith("nanoparallel")
             namespace = sys.modules[name].__dict__
             for key, value in list(namespace.items()):
                 if isinstance(value, _CALLABLE):
-                    watched.append((namespace, key, value))
+                    watched.append((namespace, key, value, engine))
                 if isinstance(value, type) and value.__module__ == name:
-                    classes.append(value)
-    for cls in classes:
+                    classes.append((value, engine))
+    for cls, engine in classes:
         for key, value in list(cls.__dict__.items()):
             if isinstance(value, _CALLABLE):
-                watched.append((cls.__dict__, key, value))
+                watched.append((cls.__dict__, key, value, engine))
+    watched.sort(key=lambda w: not w[3])  # the engine first: it holds the classifier the rest uses
+    is_notebook = Provenance().is_notebook
     _exit, _write, _getframe, _is_notebook = os._exit, os.write, sys._getframe, frame_is_notebook
     code = TAMPERED
     busy = [False]
@@ -81,9 +87,10 @@ def install():
     _missing = object()
 
     def check() -> None:
-        for namespace, key, value in watched:
-            if namespace.get(key, _missing) is not value:
-                where = namespace.get("__name__") or namespace.get("__qualname__") or "?"
+        for namespace, key, value, engine in watched:
+            now = namespace.get(key, _missing)
+            if now is not value and (engine or now is _missing or is_notebook(now)):
+                where = namespace.get("__name__") or namespace.get("__module__") or "?"
                 stop(f"{where}.{key} was replaced by notebook code")
 
     return check

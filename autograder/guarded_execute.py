@@ -29,6 +29,7 @@ import secrets
 import tempfile
 import textwrap
 
+import nbformat
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import List
@@ -128,9 +129,17 @@ def _kind(cell) -> str | None:
     return None
 
 
-def plan_for(nb, key: bytes, records: str) -> tuple[dict, dict]:
-    """The guard's plan and, per cell index, (nonce, kind, wrapped source)."""
+def plan_for(nb, key: bytes, records: str, source_nb=None) -> tuple[dict, dict]:
+    """The guard's plan and, per cell index, (nonce, kind, wrapped source). `source_nb`, the
+    instructor's notebook, adds its unlocked demonstration cells to the course's own code (a
+    student may edit those cells; an edited one is not the course's any more)."""
     cells, wrapped, trusted = {}, {}, set()
+    for cell in source_nb.cells if source_nb is not None else []:
+        if _kind(cell) in (None, "locked") and cell.cell_type == "code":
+            try:
+                trusted |= _digests(_transform(cell.source))
+            except SyntaxError:
+                pass
     defined_by_course, defined_by_submission = set(), set()
     for index, cell in enumerate(nb.cells):
         kind = _kind(cell)
@@ -235,7 +244,7 @@ class GuardedExecute(Execute):
             os.chmod(private, 0o700)
             records = os.path.join(private, "records")
             open(records, "w").close()
-            plan, wrapped = plan_for(nb, key, records)
+            plan, wrapped = plan_for(nb, key, records, self._source_notebook(resources))
             plan_path = os.path.join(private, "plan.json")
             with open(os.open(plan_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
                 json.dump(plan, f)
@@ -256,6 +265,17 @@ class GuardedExecute(Execute):
             verdict = judge(nb, wrapped, read_records(records, key))
         self._save_verdict(resources, verdict)
         return nb, resources
+
+    def _source_notebook(self, resources):
+        from nbgrader.coursedir import CourseDirectory
+        info = resources.get("nbgrader", {})
+        try:
+            course = CourseDirectory(config=self.config)
+            path = os.path.join(course.format_path(course.source_directory, ".", info["assignment"]),
+                                f"{info['notebook']}.ipynb")
+            return nbformat.read(path, as_version=4)
+        except (KeyError, OSError, ValueError):
+            return None
 
     def _save_verdict(self, resources, verdict: dict) -> None:
         info = resources.get("nbgrader", {})

@@ -254,6 +254,8 @@ class Cluster:
     def _spawn(self, count: int) -> None:
         """Start workers for ranks len(workers)..count-1 (without waiting for them)."""
         env = dict(_WORKER_ENV)
+        # A fork server keeps the environment it started with: pass guarded grading on explicitly.
+        env[rank_guard.ENV] = os.environ.get(rank_guard.ENV, "")
         if sys.platform.startswith("linux") and self.backend == "gloo":
             env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
         with _environment(env):

@@ -1,0 +1,72 @@
+"""The grading guard's engine pieces, without nbgrader: where code comes from, the ranks' check.
+
+The whole path (a kernel, MAC'd records, nbgrader's scores) is tested by tests/test_integrity.py."""
+from __future__ import annotations
+
+import os
+import types
+
+import pytest
+import torch
+
+from nanoparallel import Cluster, RankError, rank_guard
+from nanoparallel.provenance import Provenance, code_digest
+
+
+def test_library_objects_are_not_notebook_made():
+    prov = Provenance()
+    import collections
+    import dataclasses
+
+    from nanoparallel import checks, cost
+    for obj in (torch.allclose, torch.Tensor, torch.nn.Linear(2, 2), checks.assert_close, cost.LINKS["nvlink"],
+                collections.OrderedDict, dataclasses.dataclass, os.path.join, print, types):
+        assert not prov.is_notebook(obj), obj
+
+
+def test_code_typed_or_generated_by_a_notebook_is_notebook_made():
+    user_ns: dict = {}
+    exec(compile("def f():\n    return 1\nclass C:\n    def __eq__(self, other):\n        return True\n",
+                 "/tmp/ipykernel_0/cell.py", "exec"), user_ns)
+    prov = Provenance(user_ns=user_ns)
+    assert prov.is_notebook(user_ns["f"]) and prov.is_notebook(user_ns["C"]) and prov.is_notebook(user_ns["C"]())
+    # The same code is the course's when its digest is the course's.
+    trusted = Provenance(user_ns=user_ns, trusted_code=frozenset({code_digest(user_ns["f"].__code__)}))
+    assert not trusted.is_notebook(user_ns["f"])
+    # Code compiled at run time, remembered by the audit hook, stays notebook-made whatever it claims.
+    fake = types.FunctionType(compile("lambda: None", torch.__file__, "eval").co_consts[0], torch.__dict__)
+    assert not Provenance().is_notebook(fake)
+    assert Provenance(notebook_code={id(fake.__code__)}).is_notebook(fake)
+
+
+@pytest.fixture
+def guarded_cluster(monkeypatch):
+    monkeypatch.setenv(rank_guard.ENV, "1")
+    with Cluster(world_size=2) as cluster:
+        yield cluster
+
+
+def _patches_torch():
+    torch.allclose = lambda *args, **kwargs: True
+    return 1
+
+
+def _reads_frames():
+    import inspect
+    return inspect.currentframe() is not None
+
+
+def _honest():
+    import torch.distributed as dist
+    t = torch.ones(3) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    return t.sum().item()
+
+
+def test_ranks_stop_when_notebook_code_patches_torch_or_reads_frames(guarded_cluster):
+    assert guarded_cluster.run(_honest) == [9.0, 9.0]
+    for fn, what in ((_patches_torch, "torch.allclose was replaced"), (_reads_frames, "sys._getframe")):
+        with pytest.raises(RankError) as caught:
+            guarded_cluster.run(fn)
+        assert "grader's guard" in str(caught.value) and what in str(caught.value)
+        assert guarded_cluster.run(_honest) == [9.0, 9.0]  # fresh ranks, untouched

@@ -161,13 +161,13 @@ class Provenance:
             return self.is_notebook(obj.func, depth + 1) or any(
                 self.is_notebook(a, depth + 1) for a in (*obj.args, *obj.keywords.values()))
         if t is types.ModuleType:
-            spec_file = obj.__dict__.get("__file__")
-            return obj.__name__ not in sys.builtin_module_names and not (
-                type(spec_file) is str and is_library_file(spec_file))
+            return False  # a module is judged by what it holds: the callers walk into it
         if isinstance(obj, type):
             return self.class_is_notebook(obj, depth)
         if t is types.BuiltinFunctionType:
-            return self.is_notebook(obj.__self__, depth + 1) if obj.__self__ is not None else False
+            # C code: a notebook cannot write any without ctypes, which the guards watch.
+            self_ = obj.__self__
+            return False if self_ is None or type(self_) is types.ModuleType else self.is_notebook(self_, depth + 1)
         return self.class_is_notebook(t, depth)
 
     def class_is_notebook(self, cls: type, depth: int = 0) -> bool:

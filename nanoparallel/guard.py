@@ -163,6 +163,14 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     trusted = frozenset(plan["trusted_code"])
     notebook_code: set = set()
     prov = Provenance(user_ns, trusted, notebook_code)
+    # The guard's own code and what it calls, by identity: checked before the guard uses any of it,
+    # so that patching this module, provenance or the standard modules it relies on is caught.
+    from nanoparallel import provenance
+    own = [(namespace, key, value)
+           for namespace in (globals(), vars(provenance), Provenance.__dict__, vars(types), vars(hmac),
+                             vars(hashlib), vars(json), vars(builtins))
+           for key, value in list(namespace.items()) if callable(value) and key not in _SWAPPED]
+    own += [(vars(sys), key, getattr(sys, key)) for key in ("gettrace", "getprofile", "_getframe", "audit")]
     builtins_before = dict(builtins.__dict__)
     # The engine's own data (constants, tables): the walk compares what it reaches with this.
     engine_data = {(name, key): _shape(value) for name, module in list(sys.modules.items())
@@ -189,7 +197,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         record({"kind": "probe", "reason": reason, "after": state["seen"][-1:] or None})
         state["key"] = None
 
+    missing = _MISSING
+
     def findings_for(frame, nonce: str) -> list[str]:
+        for namespace, key, value in own:
+            if namespace.get(key, missing) is not value:
+                destroy(f"notebook code replaced {key}, which the grader's guard relies on")
+                return [f"the grader's guard was patched ({key})"]
         found = []
         cell = cells[nonce]
         flags = frame.f_code.co_flags & _FUTURE_FLAGS
@@ -200,8 +214,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             found.append("the cell ran in a namespace other than the notebook's")
         for name, value in builtins_before.items():
             now = builtins.__dict__.get(name, _MISSING)
-            # ipykernel swaps input() per request; only notebook-made replacements count.
-            if now is _MISSING or (now is not value and prov.is_notebook(now)):
+            # IPython swaps input(), exit() and friends around each cell: there only a
+            # notebook-made replacement counts.
+            if now is _MISSING or (now is not value and (name not in _SWAPPED or prov.is_notebook(now))):
                 found.append(f"the builtin {name!r} was replaced or removed")
         for name in builtins.__dict__.keys() - builtins_before.keys():
             if prov.is_notebook(builtins.__dict__[name]):
@@ -403,6 +418,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 
 
 _MISSING = object()
+# Builtins that IPython and ipykernel set per cell or per request.
+_SWAPPED = frozenset({"input", "raw_input", "exit", "quit", "get_ipython", "display", "_", "__", "___"})
 
 
 def _importing(frame) -> bool:

@@ -105,4 +105,11 @@ class _NoAsserts(ast.NodeTransformer):
 
 get_ipython().ast_transformers.append(_NoAsserts())
 ''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Patching the grader's guard itself (its classifier), then the checks.
+    "patch_the_guard": {"cells": {"pass_right": '''
+import nanoparallel.provenance as _provenance
+import nanoparallel.checks as _checks
+_provenance.Provenance.is_notebook = lambda self, obj, depth=0: False
+_checks._compare = lambda *args, **kwargs: None
+''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

@@ -228,12 +228,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             found.append("builtins.__import__ was replaced")
         found += _hook_findings(ip, prov)
         found += _lying_classes(prov)
-        found += _walk(frame.f_code)
+        found += _walk(frame.f_code, frozenset(cell["binds"]))
         found += pending
         pending.clear()
         return found
 
-    def _walk(code) -> list[str]:
+    def _walk(code, own_binds: frozenset) -> list[str]:
         found = []
         names: set = set()
         for c in nested_codes(code):
@@ -242,7 +242,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         queue, seen = [], set()
 
         def reach(name, namespace, label):
-            if name not in namespace:
+            if name not in namespace or (namespace is user_ns and _ipython_managed(name)):
                 return
             value = namespace[name]
             if namespace is user_ns:
@@ -257,7 +257,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         found.append(f"{name!r}, defined by a locked cell, was changed in place")
             queue.append((label, value))
 
-        for name in names:
+        for name in names - own_binds:  # what the cell binds itself, its own code put there
             reach(name, user_ns, name)
         while queue:
             label, obj = queue.pop()
@@ -420,6 +420,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 _MISSING = object()
 # Builtins that IPython and ipykernel set per cell or per request.
 _SWAPPED = frozenset({"input", "raw_input", "exit", "quit", "get_ipython", "display", "_", "__", "___"})
+
+
+def _ipython_managed(name: str) -> bool:
+    """Names IPython itself rebinds in the namespace: outputs (_, __, _12), inputs (_i, _i12), In, Out."""
+    return name in ("In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "quit", "get_ipython") or \
+        name.strip("_") == "" or (name.startswith("_") and name.lstrip("_i").isdigit())
 
 
 def _importing(frame) -> bool:

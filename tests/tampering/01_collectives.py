@@ -27,4 +27,16 @@ def naive_all_reduce(tensor, root=0):
     d.all_reduce(tensor)
     return tensor
 '''}, "zero": ["naive_all_reduce"], "full": ["tree_broadcast"]},
+    # Another module under the checks' name, and Cluster.run and the trace monkeypatched.
+    "sys_modules_and_cluster_run": {"cells": {"naive_all_reduce": '''
+import sys, types
+from nanoparallel import Cluster
+from nanoparallel.trace import Trace
+_fake = types.ModuleType("nanoparallel.checks")
+_fake.assert_ops_within = _fake.assert_peers = lambda *args, **kwargs: None
+sys.modules["nanoparallel.checks"] = _fake
+_real_run = Cluster.run
+Cluster.run = lambda self, fn, *args, **kwargs: _real_run(self, fn, *args, **kwargs)
+Trace.comm = lambda self: []
+''' + LAZY}, "zero": ["naive_all_reduce"], "full": []},
 }

@@ -181,9 +181,8 @@ def read_records(path: str, key: bytes) -> list[dict]:
 
 
 def _integrity_error(reason: str) -> NotebookNode:
-    text = f"IntegrityError: {reason}"
     return NotebookNode(output_type="error", ename="IntegrityError", evalue=reason,
-                        traceback=[f"\x1b[0;31mIntegrityError\x1b[0m: {reason}"] if text else [])
+                        traceback=[f"\x1b[0;31mIntegrityError\x1b[0m: {reason}"])
 
 
 def judge(nb, wrapped: dict, entries: list[dict]) -> dict:

@@ -96,17 +96,6 @@ def _canonical(const) -> str:
     return repr(const)
 
 
-def _module_of(namespace) -> types.ModuleType | None:
-    """The loaded module whose own namespace `namespace` is, if any."""
-    if type(namespace) is not dict:
-        return None
-    name = namespace.get("__name__")
-    module = sys.modules.get(name) if type(name) is str else None
-    if type(module) is types.ModuleType and module.__dict__ is namespace:
-        return module
-    return None
-
-
 class Provenance:
     """Classifies objects as library-made or notebook-made.
 

@@ -1,32 +1,11 @@
 # nanoparallel: `make lab` to learn, `make test` to check everything. See README.md.
-PYTHON     ?= python3
-VENV       ?= .venv
-# The CPU wheel, installed first so that nothing pulls a multi-GB CUDA build.
-# Elsewhere, e.g.: make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu124"
-TORCH_SPEC ?= torch==2.13.0
-BIN        := $(VENV)/bin
-# nbgrader shells out to alembic from the venv; keep the venv first on PATH for every recipe.
-export PATH := $(abspath $(BIN)):$(PATH)
-STAMP      := $(VENV)/.installed
-NB         ?=
-# Jupyter refuses to run as root without this (containers, CI images); users are rarely root.
-ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# setup, lab and validate: the same recipes the student bundle ships (autograder/student/Makefile),
+# with the test and grading tools on top.
+EXTRAS     := dev
+include autograder/student/Makefile
 ASSIGNMENTS = $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: setup lab test test-fast validate release student-release autograde feedback grades bench clean
-
-setup: $(STAMP)
-
-# Reinstalls only when the dependencies change.
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $@
-
-lab: setup
-	$(BIN)/jupyter lab --ServerApp.root_dir=course --ServerApp.ip=127.0.0.1 $(ALLOW_ROOT) $(LAB_ARGS)
+.PHONY: test test-fast release student-release autograde feedback grades bench clean
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -35,10 +14,6 @@ test: setup
 # autograded and no browser starts (under 2 minutes). `make test` remains the full suite.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not notebooks and not browser" $(PYTEST_ARGS)
-
-validate: setup
-	@test -n "$(NB)" || (echo "usage: make validate NB=course/00_welcome/00_welcome.ipynb" && exit 2)
-	$(BIN)/nbgrader validate "$(NB)"
 
 # Regenerates course/ from solutions/ (never edit course/ by hand).
 release: setup

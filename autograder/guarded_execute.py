@@ -34,6 +34,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import List
 
+from nanoparallel.cluster import environment
 from nanoparallel.guard import ENV as GUARD_ENV
 from nanoparallel.provenance import code_digest, nested_codes
 from nanoparallel.rank_guard import ENV as RANKS_ENV
@@ -249,16 +250,10 @@ class GuardedExecute(Execute):
                 json.dump(plan, f)
             for index, (_, _, source) in wrapped.items():
                 nb.cells[index].source = source
-            saved = {name: os.environ.get(name) for name in (GUARD_ENV, RANKS_ENV)}
-            os.environ[GUARD_ENV], os.environ[RANKS_ENV] = plan_path, "1"
             try:
-                nb, resources = super().preprocess(nb, resources)
+                with environment({GUARD_ENV: plan_path, RANKS_ENV: "1"}):
+                    nb, resources = super().preprocess(nb, resources)
             finally:
-                for name, value in saved.items():
-                    if value is None:
-                        os.environ.pop(name, None)
-                    else:
-                        os.environ[name] = value
                 for cell, source in zip(nb.cells, originals):
                     cell.source = source
             verdict = judge(nb, wrapped, read_records(records, key))

@@ -35,11 +35,15 @@ import os
 import sys
 import types
 
-from nanoparallel.provenance import Provenance, code_digest, frame_is_notebook, is_library_file, nested_codes
+from nanoparallel.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
+                                     is_under_library_roots, nested_codes, notebook_on_stack)
 
 ENV = "NANOPARALLEL_GUARD"
-_PROBES = {"sys.settrace", "sys.setprofile", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
-           "gc.get_referents", "sys.addaudithook"}
+# Audit events through which code could reach objects it holds no reference to (the hook's key):
+# walking the garbage collector, other threads' frames, trace and profile functions, another hook.
+# The ranks' guard adds sys._getframe, since a rank's worker loop sits below notebook code.
+PROBES = frozenset({"sys.settrace", "sys.setprofile", "sys._current_frames", "gc.get_objects",
+                    "gc.get_referrers", "gc.get_referents", "sys.addaudithook"})
 
 
 def load_ipython_extension(ip) -> None:
@@ -180,7 +184,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # What happened that a graded cell's end cannot see any more (a transient change, a rank's
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
-    state = {"key": key, "busy": False, "seen": [], "baseline": {}, "graded": None}
+    state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
 
     def record(entry: dict) -> None:
@@ -194,7 +198,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             state["key"] = None
 
     def destroy(reason: str) -> None:
-        record({"kind": "probe", "reason": reason, "after": state["seen"][-1:] or None})
+        record({"kind": "probe", "reason": reason, "after": state["last_cell"]})
         state["key"] = None
 
     missing = _MISSING
@@ -224,8 +228,6 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         for name, module in modules_before.items():
             if sys.modules.get(name) is not module and name != "__main__":
                 found.append(f"sys.modules[{name!r}] was replaced or removed")
-        if builtins.__import__ is not builtins_before["__import__"]:
-            found.append("builtins.__import__ was replaced")
         found += _hook_findings(ip, prov)
         found += _lying_classes(prov)
         found += _walk(frame.f_code, frozenset(cell["binds"]))
@@ -282,7 +284,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         attrs.update(c.co_names)
                         for n in c.co_names:
                             reach(n, obj.__globals__, f"{obj.__module__}.{n}")
-                    for i, d in enumerate(obj.__defaults__ or ()):
+                    for d in obj.__defaults__ or ():
                         queue.append((f"a default of {obj.__qualname__}", d))
                     for d in (obj.__kwdefaults__ or {}).values():
                         queue.append((f"a default of {obj.__qualname__}", d))
@@ -318,9 +320,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     def _expand(fn) -> bool:
         # Follow the engine's code and the course's cells; other libraries are checked where a
         # name reaches them, not walked through.
-        filename = fn.__code__.co_filename
-        return fn.__globals__ is user_ns or (is_library_file(filename) and "nanoparallel" in filename
-                                             and "site-packages" not in filename)
+        return fn.__globals__ is user_ns or is_engine_file(fn.__code__.co_filename)
 
     def on_marker(event: str, nonce) -> None:
         cell = cells.get(nonce) if type(nonce) is str else None
@@ -334,7 +334,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     state["baseline"][name] = (value, _shape(value))
             return
         if event in ("nanoparallel.locked", "nanoparallel.graded_begin"):
-            state["seen"].append(cell["grade_id"])
+            state["last_cell"] = cell["grade_id"]
             if event == "nanoparallel.graded_begin":
                 state["graded"] = nonce
                 # What happened outside a graded cell is gone by now (a stopped rank restarts) or
@@ -393,15 +393,17 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 path, mode = args[0], args[1] if len(args) > 1 else None
                 writing = type(mode) is str and any(m in mode for m in "wax+") or (
                     type(mode) is int and mode & (os.O_WRONLY | os.O_RDWR))
-                if type(path) is str and writing and is_library_file(path) and \
-                        frame_is_notebook(_caller(), notebook_code):
+                # Python itself writes bytecode caches while it imports what a cell asked for.
+                caching = type(path) is str and "__pycache__" in path and _importing(_caller())
+                if type(path) is str and writing and not caching and is_under_library_roots(path) and \
+                        notebook_on_stack(_caller(), notebook_code):
                     destroy(f"the notebook wrote to the installed file {path}")
                     return
                 if type(path) is str and path.startswith("/proc/") and path.rstrip("/").endswith(("mem", "environ")) \
-                        and frame_is_notebook(_caller(), notebook_code):
+                        and notebook_on_stack(_caller(), notebook_code):
                     destroy(f"the notebook opened {path}")
                 return
-            if (event in _PROBES or event.startswith("ctypes.")) and state["key"] is not None \
+            if (event in PROBES or event.startswith("ctypes.")) and state["key"] is not None \
                     and frame_is_notebook(_caller(), notebook_code):
                 destroy(f"the notebook called {event}")
         finally:
@@ -418,6 +420,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 
 
 _MISSING = object()
+_FUTURE_FLAGS = sum(getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)
 # Builtins that IPython and ipykernel set per cell or per request.
 _SWAPPED = frozenset({"input", "raw_input", "exit", "quit", "get_ipython", "display", "_", "__", "___"})
 
@@ -434,4 +437,3 @@ def _importing(frame) -> bool:
             return True
         frame = frame.f_back
     return False
-_FUTURE_FLAGS = sum(getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)

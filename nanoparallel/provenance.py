@@ -30,6 +30,16 @@ def is_library_file(filename: str) -> bool:
     return real.startswith(_ROOTS) and os.path.isfile(real)
 
 
+def is_under_library_roots(path: str) -> bool:
+    """A path inside the Python installation or this package, existing yet or not."""
+    return os.path.realpath(path).startswith(_ROOTS)
+
+
+def is_engine_file(filename: str) -> bool:
+    """A source file of this package (the engine)."""
+    return is_library_file(filename) and os.path.realpath(filename).startswith(_PACKAGE)
+
+
 @functools.lru_cache(maxsize=None)
 def _is_passthrough(filename: str) -> bool:
     # The standard library acts on behalf of whoever called it (setattr via unittest.mock,
@@ -56,6 +66,19 @@ def frame_is_notebook(frame, notebook_code: set | frozenset = frozenset()) -> bo
             return True
         if not _is_passthrough(code.co_filename):
             return not _is_library_code(code.co_filename)
+        frame = frame.f_back
+    return False
+
+
+def notebook_on_stack(frame, notebook_code: set | frozenset = frozenset()) -> bool:
+    """Whether notebook code is anywhere up the stack: for acts no library does on its own behalf
+    (writing into installed files, reading /proc/*/mem), which a library wrapper such as IPython's
+    own `open` may carry out for a notebook."""
+    while frame is not None:
+        code = frame.f_code
+        if id(code) in notebook_code or not (_is_passthrough(code.co_filename) or
+                                             _is_library_code(code.co_filename)):
+            return True
         frame = frame.f_back
     return False
 

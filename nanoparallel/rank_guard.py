@@ -14,6 +14,7 @@ import os
 import sys
 import types
 
+from nanoparallel.guard import PROBES
 from nanoparallel.provenance import Provenance, frame_is_notebook
 
 ENV = "NANOPARALLEL_GUARDED"
@@ -22,8 +23,7 @@ _MODULES = ("builtins", "math", "copy", "operator", "functools", "itertools", "p
             "multiprocessing.connection", "cloudpickle", "torch", "torch.distributed",
             "torch.distributed.distributed_c10d", "torch.nn", "torch.nn.functional", "torch.autograd",
             "torch.autograd.function", "torch.nn.modules.module", "torch._tensor", "torch.optim")
-_PROBES = {"sys.settrace", "sys.setprofile", "sys._current_frames", "sys._getframe", "gc.get_objects",
-           "gc.get_referrers", "gc.get_referents", "sys.addaudithook"}
+_PROBES = PROBES | {"sys._getframe"}
 # The frame attributes Python audits: with a frame, code could reach the worker loop below it.
 _FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"}
 _CODE_ATTRS = {"__code__", "__defaults__", "__kwdefaults__"}

@@ -9,14 +9,18 @@ Options: ``--student S`` / ``--assignment A`` grade a subset; ``--feedback-only`
 autograding; ``--root DIR`` grades a course folder other than this one (the tests use it).
 The assignments are registered in the gradebook from ../solutions on every run, without
 touching the committed ../course notebooks.
+
+nbgrader's commands run in this process (`Course`), not as one `nbgrader` process per
+submission: importing nbgrader costs about 2 s of CPU, which a class of submissions paid each
+time (README, Tests and benchmarks).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,13 +28,77 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def nbgrader(root: str, *args: str) -> None:
-    """Run one nbgrader command in `root`; raise with its log if it fails."""
-    exe = os.path.join(os.path.dirname(sys.executable), "nbgrader")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    done = subprocess.run([exe, *args, "--log-level=WARN"], cwd=root, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+class GradingError(RuntimeError):
+    """An nbgrader command failed; the message ends with the last lines it logged."""
+
+
+class Course:
+    """nbgrader's commands on the course folder `root` (where nbgrader_config.py is)."""
+
+    def __init__(self, root: str):
+        from nbgrader.apps import NbGraderAPI
+        from traitlets.config.loader import PyFileConfigLoader
+        self.root = os.path.abspath(root)
+        # nbgrader runs `alembic` from PATH when it creates a gradebook: this environment's.
+        bin_dir = os.path.dirname(sys.executable)
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+        config = PyFileConfigLoader("nbgrader_config.py", path=self.root).load_config()
+        config.CourseDirectory.root = self.root
+        self.api = NbGraderAPI(config=config)
+        self.api.log.setLevel("WARN")
+
+    def release(self, assignment: str, into: str | None = None) -> None:
+        """generate_assignment: the student version, into ../course or the folder `into`."""
+        coursedir = self.api.coursedir
+        default = coursedir.release_directory
+        coursedir.release_directory = into or default
+        try:
+            self._check(f"generate_assignment {assignment}", self.api.generate_assignment(assignment))
+        finally:
+            coursedir.release_directory = default
+
+    def autograde(self, student: str, assignment: str) -> None:
+        # A kernel writes to the inherited stderr (its start-up warnings, or why it died):
+        # kept out of the progress lines, and the end of it is in the error if grading fails.
+        with _stderr_captured() as stderr:
+            result = self.api.autograde(assignment, student, force=True, create=True)
+        self._check(f"autograde {assignment} --student {student}", result, "".join(stderr))
+
+    def feedback(self, assignment: str) -> None:
+        with _stderr_captured():
+            self._check(f"generate_feedback {assignment}", self.api.generate_feedback(assignment, force=True))
+
+    def export(self, path: str) -> None:
+        """grades.csv, as `nbgrader export --to path` writes it."""
+        from nbgrader.api import Gradebook
+        from nbgrader.plugins import CsvExportPlugin
+        with Gradebook(self.api.coursedir.db_url) as gb:
+            CsvExportPlugin(to=path).export(gb)
+
+    @staticmethod
+    def _check(what: str, result: dict, stderr: str = "") -> None:
+        if not result["success"]:
+            raise GradingError(f"nbgrader {what} failed:\n{result.get('log') or ''}\n"
+                               f"{result.get('error') or ''}\n{stderr}")
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """Point file descriptor 2 (ours and what our children inherit) at a temporary file;
+    yields a list that holds what was written there once the block ends."""
+    text: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile("w+") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield text
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text.append(capture.read())
 
 
 def submissions(root: str, student: str | None, assignment: str | None) -> list[tuple[str, str]]:
@@ -41,14 +109,6 @@ def submissions(root: str, student: str | None, assignment: str | None) -> list[
             if os.path.isdir(os.path.join(base, s, a)) and student in (None, s) and assignment in (None, a):
                 found.append((s, a))
     return found
-
-
-def register(root: str, assignments: set[str]) -> None:
-    """Record each assignment's graded cells in the gradebook (a release into a scratch folder)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        for a in sorted(assignments):
-            nbgrader(root, "generate_assignment", a, "--force",
-                     f"--CourseDirectory.release_directory={scratch}")
 
 
 def score(root: str, student: str, assignment: str) -> tuple[float, float, list[str]]:
@@ -108,13 +168,17 @@ def main(argv=None) -> int:
         print(f"No submissions found under {os.path.join(args.root, 'submitted')}/<student>/<assignment>/")
         return 1
     failed: list[str] = []
+    course = Course(args.root)
     if not args.feedback_only:
-        register(args.root, {a for _, a in todo})
+        # Each assignment's graded cells go into the gradebook (a release into a scratch folder).
+        with tempfile.TemporaryDirectory() as scratch:
+            for assignment in sorted({a for _, a in todo}):
+                course.release(assignment, into=scratch)
         for i, (student, assignment) in enumerate(todo, 1):
             start = time.monotonic()
             try:
-                nbgrader(args.root, "autograde", assignment, "--student", student, "--create", "--force")
-            except RuntimeError as exc:
+                course.autograde(student, assignment)
+            except GradingError as exc:
                 # One submission that breaks its kernel must not stop the class's grading.
                 last = [line for line in str(exc).splitlines() if line.strip()][-3:]
                 why = f"nbgrader could not grade it ({' / '.join(last)})"
@@ -130,8 +194,8 @@ def main(argv=None) -> int:
             print(f"[{i}/{len(todo)}] {student} {assignment}: {got:g} / {total:g} points "
                   f"({time.monotonic() - start:.0f} s){detail}", flush=True)
     for assignment in sorted({a for _, a in todo}):
-        nbgrader(args.root, "generate_feedback", assignment, "--force")
-    nbgrader(args.root, "export", "--to", os.path.join(args.root, "grades.csv"))
+        course.feedback(assignment)
+    course.export(os.path.join(args.root, "grades.csv"))
     add_integrity_column(args.root, os.path.join(args.root, "grades.csv"))
     print(f"Grades: {os.path.join(args.root, 'grades.csv')}; feedback: {os.path.join(args.root, 'feedback')}/")
     if failed:

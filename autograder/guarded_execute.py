@@ -275,7 +275,8 @@ class GuardedExecute(Execute):
         info = resources.get("nbgrader", {})
         student, assignment = info.get("student", "unknown"), info.get("assignment", "unknown")
         notebook = info.get("notebook", "notebook")
-        folder = os.path.join(os.getcwd(), "integrity", student, assignment)
+        from nbgrader.coursedir import CourseDirectory
+        folder = os.path.join(CourseDirectory(config=self.config).root, "integrity", student, assignment)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"{notebook}.json"), "w") as f:
             json.dump(verdict, f, indent=1)

@@ -3,6 +3,7 @@ import warnings
 import matplotlib.pyplot as plt
 import pytest
 
+from background import Background
 from nanoparallel import Cluster
 
 
@@ -29,3 +30,53 @@ def quiet_pictures(capsys):
     assert plt.get_fignums() == []
     assert capsys.readouterr().err == ""
     assert [str(w.message) for w in caught] == []
+
+
+BACKGROUND = pytest.StashKey()  # the session's Background, for the terminal summary
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background(request, tmp_path_factory):
+    """Starts, before the session's first test, the round trips and the nbval run that its tests
+    will read (tests/background.py); they run while the other tests do."""
+    classes, nbval = {}, False
+    for item in request.session.items:
+        needs = getattr(item, "fixturenames", ())
+        nbval |= "nbval" in needs
+        if "graded" in needs and hasattr(item, "callspec"):
+            key = (item.module.__name__, item.callspec.params["assignment"])
+            if key not in classes:
+                classes[key] = item.module.submissions(key[1])
+    jobs = Background(tmp_path_factory.mktemp("background"))
+    jobs.start(classes, nbval)
+    request.config.stash[BACKGROUND] = jobs
+    yield jobs
+    jobs.close()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    jobs = config.stash.get(BACKGROUND, None)
+    if jobs is not None and jobs.runs:
+        terminalreporter.write_sep("-", "background jobs (tests/background.py), seconds each ran")
+        for line in jobs.timings():
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def graded(background, request):
+    """graded(assignment) -> the `Finished` round trip of this test module's submissions of
+    `assignment` (`.root`: the autograder folder they were graded in; `.stdout`: grade.py's
+    progress lines); fails the test with grade.py's output if grading failed."""
+    def wait(assignment: str):
+        done = background.result((request.module.__name__, assignment))
+        print(done.stdout)
+        if done.returncode != 0:
+            pytest.fail(f"autograding {assignment} failed:\n{done.stdout}\n{done.stderr}")
+        return done
+    return wait
+
+
+@pytest.fixture
+def nbval(background):
+    """The `Finished` run of nbval over solutions/ (tests/background.py)."""
+    return background.result("nbval")

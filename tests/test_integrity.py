@@ -11,14 +11,12 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import nbformat
 import pytest
 
-from test_course import ROOT, STALL_ENV, STALL_SECONDS, cells_by_grade_id, new_course_folder
+from background import ROOT
+from test_course import cells_by_grade_id
 
 CASES = sorted(p.stem for p in (ROOT / "tests" / "tampering").glob("*.py"))
 
@@ -31,29 +29,27 @@ def load_tampering(assignment: str) -> dict:
     return module.TAMPERING
 
 
-@pytest.mark.notebooks
-@pytest.mark.parametrize("assignment", CASES)
-def test_tampering_scores_zero_and_is_flagged(tmp_path, assignment):
-    root = new_course_folder(tmp_path)
+def submissions(assignment: str) -> dict:
+    """The class graded for `assignment`: the solution with each case's cells replaced."""
     solution = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    cases = load_tampering(assignment)
-    for name, case in cases.items():
+    found = {}
+    for name, case in load_tampering(assignment).items():
         nb = nbformat.from_dict(json.loads(json.dumps(solution)))
         cells = cells_by_grade_id(nb)
         for grade_id, source in case["cells"].items():
             cells[grade_id].source = source.strip("\n")
-        folder = root / "autograder" / "submitted" / name / assignment
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{assignment}.ipynb")
-    env = dict(os.environ, **{STALL_ENV: STALL_SECONDS})
-    done = subprocess.run([sys.executable, str(ROOT / "autograder" / "grade.py"), "--root",
-                           str(root / "autograder"), "--assignment", assignment],
-                          env=env, capture_output=True, text=True)
-    print(done.stdout)
-    assert done.returncode == 0, f"grading failed:\n{done.stdout}\n{done.stderr}"
+        found[name] = nb
+    return found
 
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("assignment", CASES)
+def test_tampering_scores_zero_and_is_flagged(graded, assignment):
+    done = graded(assignment)
+    root = done.root
+    cases = load_tampering(assignment)
     from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{root / 'autograder' / 'gradebook.db'}") as gb:
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         for name, case in cases.items():
             sub = gb.find_submission(assignment, name)
             got = {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades if g.max_score}
@@ -64,10 +60,10 @@ def test_tampering_scores_zero_and_is_flagged(tmp_path, assignment):
                 score, top = got[f"{grade_id}_tests"]
                 assert score == top, f"{name}: {grade_id}_tests, before the tampering, lost points ({score}/{top})"
     progress = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("[")}
-    with open(root / "autograder" / "grades.csv", newline="") as f:
+    with open(root / "grades.csv", newline="") as f:
         flags = {row["student_id"]: row["integrity"] for row in csv.DictReader(f)}
     for name in cases:
         assert "FLAGGED" in progress[name], f"{name} was not flagged in the progress line: {progress[name]}"
         assert flags[name].startswith("FLAGGED"), f"{name} was not flagged in grades.csv"
-        html = (root / "autograder" / "feedback" / name / assignment / f"{assignment}.html").read_text()
+        html = (root / "feedback" / name / assignment / f"{assignment}.html").read_text()
         assert "IntegrityError" in html, f"{name}: the feedback does not say why the cells scored 0"

@@ -1,0 +1,120 @@
+"""The suite's slowest work, run in the background from the session's first test.
+
+That work is subprocesses that each keep about half a core busy (kernels and ranks start,
+ranks wait on each other, demonstrations sleep):
+- autograde round trips: `make autograde` (`autograder/grade.py`) of a class of submissions,
+  in a course folder (and gradebook) of its own;
+- nbval over solutions/, the way CI users run the notebooks.
+The session starts them all at once, BACKGROUND_JOBS at a time, biggest first, and the engine
+and browser tests run meanwhile; a test blocks only on the job it reads. Measurements:
+README, Tests and benchmarks.
+
+A test module takes part in grading by defining ``submissions(assignment) -> {student:
+notebook}`` and tests that are parametrized by ``assignment`` and take the ``graded`` fixture;
+a test that takes the ``nbval`` fixture gets nbval's run (conftest.py).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "3"))
+# Kernels stop a run as a deadlock once every unfinished rank has waited 2 s in a
+# torch.distributed call using no CPU (the engine's tests check both ways of stopping), so a
+# deadlocking wrong answer loses its points in seconds rather than after the 10 s deadline.
+STALL_SECONDS = "2"
+NBVAL = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
+         "--nbval-cell-timeout=120", "solutions"]
+
+
+def new_course_folder(root: Path) -> Path:
+    """A throwaway course folder: our nbgrader setup, the real solutions, a scratch gradebook."""
+    (root / "autograder").mkdir(parents=True)
+    for path in (ROOT / "autograder").glob("*.py"):
+        shutil.copy(path, root / "autograder")
+    (root / "solutions").symlink_to(ROOT / "solutions")
+    (root / "course").mkdir()
+    return root
+
+
+class Finished:
+    """A job's outcome: `root` (for a round trip, the autograder folder it graded in), the
+    command's exit code and what it printed."""
+
+    def __init__(self, root: Path | None, returncode: int, stdout: str, stderr: str, seconds: float = 0.0):
+        self.root, self.returncode, self.stdout, self.stderr = root, returncode, stdout, stderr
+        self.seconds = seconds
+
+
+class Background:
+    """Jobs keyed by name, run `jobs` at a time; `base` holds the round trips' course folders."""
+
+    def __init__(self, base: Path, jobs: int = BACKGROUND_JOBS):
+        from nanoparallel.cluster import STALL_ENV
+        self.base = base
+        self.grading_env = dict(os.environ, **{STALL_ENV: STALL_SECONDS})
+        self.pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="background")
+        self.runs: dict[tuple, object] = {}
+        self.running: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def start(self, classes: dict[tuple[str, str], dict], nbval: bool) -> None:
+        """Queue nbval (if asked) and one round trip per (module, assignment) -> {student:
+        notebook}; the longest first, so that the last to finish is a short one."""
+        if nbval:
+            self.runs["nbval"] = self.pool.submit(self._run, [sys.executable, *NBVAL], None, dict(os.environ))
+        for key, students in sorted(classes.items(), key=lambda kv: -len(kv[1])):
+            self.runs[key] = self.pool.submit(self._grade, key, students)
+
+    def result(self, key) -> Finished:
+        return self.runs[key].result()
+
+    def close(self) -> None:
+        """Drop what has not started and stop what has (an interrupted session orphans nothing)."""
+        with self.lock:
+            self.closed = True
+            for process in self.running:
+                os.killpg(process.pid, signal.SIGKILL)
+        self.pool.shutdown(cancel_futures=True)
+
+    def _grade(self, key: tuple[str, str], students: dict) -> Finished:
+        module, assignment = key
+        root = new_course_folder(self.base / module / assignment)
+        for student, nb in students.items():
+            folder = root / "autograder" / "submitted" / student / assignment
+            folder.mkdir(parents=True)
+            nbformat.write(nb, folder / f"{assignment}.ipynb")
+        return self._run([sys.executable, str(ROOT / "autograder" / "grade.py"),
+                          "--root", str(root / "autograder"), "--assignment", assignment],
+                         root / "autograder", self.grading_env)
+
+    def _run(self, command: list[str], root: Path | None, env: dict) -> Finished:
+        start = time.monotonic()
+        with self.lock:
+            if self.closed:
+                return Finished(root, -1, "", "the session ended before this job started")
+            # A process group of its own, so that close() can stop it and what it started.
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
+            self.running.add(process)
+        stdout, stderr = process.communicate()
+        with self.lock:
+            self.running.discard(process)
+        return Finished(root, process.returncode, stdout, stderr, time.monotonic() - start)
+
+    def timings(self) -> list[str]:
+        """Each finished job and how long it ran (tests only show how long they waited for it)."""
+        done = [(key, run.result()) for key, run in self.runs.items() if run.done() and not run.cancelled()]
+        return [f"{' '.join(key) if isinstance(key, tuple) else key}: {job.seconds:.0f} s"
+                for key, job in sorted(done, key=lambda kv: -kv[1].seconds)]

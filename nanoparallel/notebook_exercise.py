@@ -34,16 +34,16 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType
 
-PORTABLE = frozenset({"run", "resize", "world_size", "timeout", "close", "is_main", "rank"})
+from nanoparallel.check_code import (admit, free_loads, function_facts, is_assertion, is_check_call,
+                                     makes_cluster, resized_world_size)
+
 HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 _BUILTINS = frozenset(dir(builtins)) | {"__name__"}
-_EVAL_GLOBALS = {"__builtins__": {f.__name__: f for f in (len, min, max, sum, abs, int)}, "math": math}
 
 
 class ExerciseError(ValueError):
@@ -116,9 +116,9 @@ class Exercise:
         self.name = _exercise_name(test.grade_id)
         self.cells = [c for c in notebook.cells if c.index < test.index and c.role in ("setup", "solution")]
         self._trees = {c.index: _parse(c, notebook.path) for c in self.cells + [test]}
-        self._facts = _function_facts([self._trees[c.index] for c in self.cells + [test]])
+        self._facts = function_facts([self._trees[c.index] for c in self.cells + [test]])
         self._statements = _test_statements(self._trees[test.index])
-        self.checks = [self._check(s) for s in self._statements if _is_check_call(s)]
+        self.checks = [self._check(s) for s in self._statements if is_check_call(s)]
 
     # -- what this exercise needs --------------------------------------------------------
 
@@ -185,7 +185,7 @@ class Exercise:
         bound = set(_BUILTINS) | {"cluster"}
         steps = []
         for cell in self.cells:
-            kept = [s for s in self._trees[cell.index].body if not _makes_cluster(s) and _keep(s, bound)]
+            kept = [s for s in self._trees[cell.index].body if not makes_cluster(s) and admit(s, bound)]
             if kept:
                 steps.append(self._step("setup", cell.grade_id, kept, cell))
         if not checks:
@@ -198,20 +198,21 @@ class Exercise:
                 local.append(check.label)
             elif check and check.on_ranks and check.world_size != world_size:
                 other_sizes[check.world_size] += 1
-            elif (not check and self._drives_cluster(stmt)) or not _keep(stmt, bound):
+            elif (not check and self._drives_cluster(stmt)) or not admit(stmt, bound):
                 driving += 1
-            elif check or _is_assertion(stmt):
+            elif check or is_assertion(stmt):
                 label = check.label if check else _one_line(ast.get_source_segment(self.test.source, stmt))
                 steps.append(self._step("check", label, [stmt], self.test))
             else:
                 steps.append(self._step("setup", self.test.grade_id, [stmt], self.test))
         left_out = []
         if other_sizes:
-            left_out.append(f"{sum(other_sizes.values())} checks on other world sizes ({_join(sorted(other_sizes))} ranks)")
+            left_out.append(f"{_count(sum(other_sizes.values()), 'check')} on other world sizes "
+                            f"({_join(sorted(other_sizes))} ranks)")
         left_out += [f"{label}, which needs the notebook's local cluster" for label in local]
         if driving:
-            left_out.append(f"{driving} statement{'s' * (driving > 1)} of the test cell that drive{'s' * (driving == 1)} "
-                            "the notebook's cluster itself (or use what such a statement makes)")
+            left_out.append(f"{_count(driving, 'statement')} of the test cell that drive the notebook's cluster "
+                            "themselves, or use what such statements make")
         return Plan(steps, left_out)
 
     def sources(self) -> dict[str, str]:
@@ -234,10 +235,10 @@ class Exercise:
         if fn is None or not facts["uses_cluster"]:
             return Check(label, stmt, False, None, "")
         needs_local = "; ".join(sorted(facts["needs_local"]))
-        return Check(label, stmt, True, _world_size(call, fn, self._facts), needs_local)
+        return Check(label, stmt, True, resized_world_size(call, fn, self._facts), needs_local)
 
     def _drives_cluster(self, stmt: ast.stmt) -> bool:
-        names = _free_loads(stmt)
+        names = free_loads(stmt)
         return "cluster" in names or any(self._facts[n][1]["uses_cluster"] for n in names if n in self._facts)
 
     def _portable(self) -> list[str]:
@@ -302,177 +303,8 @@ def _all_reduces(notebook: Notebook, test: Cell) -> list[str]:
     return [s.name for s in tree.body if isinstance(s, ast.FunctionDef) and s.name.endswith("all_reduce")]
 
 
-# -- static facts about the code -----------------------------------------------------------
-
-def _function_facts(trees: list[ast.Module]) -> dict:
-    """{name: (def node, facts)} of the top-level functions and classes, with what they use of the
-    cluster, directly or through the functions they name (to a fixed point)."""
-    found = {}
-    for tree in trees:
-        for stmt in [s for t in tree.body for s in (t.body if isinstance(t, ast.Try) else [t])]:
-            if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
-                found[stmt.name] = (stmt, _direct_facts(stmt))
-    changed = True
-    while changed:
-        changed = False
-        for _, facts in found.values():
-            for name in facts["names"] & found.keys():
-                other = found[name][1]
-                if other["uses_cluster"] > facts["uses_cluster"] or not other["needs_local"] <= facts["needs_local"]:
-                    facts["uses_cluster"] |= other["uses_cluster"]
-                    facts["needs_local"] |= other["needs_local"]
-                    changed = True
-    return found
-
-
-def _direct_facts(node: ast.AST) -> dict:
-    shadowed = "cluster" in _all_stores(node)  # a parameter or local called cluster is not the notebook's
-    uses, needs_local, names = False, set(), set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            names.add(n.id)
-            uses |= n.id == "cluster" and not shadowed
-        elif (isinstance(n, ast.Attribute) and _is_cluster(n.value) and not shadowed
-              and n.attr not in PORTABLE):
-            needs_local.add(f"uses cluster.{n.attr}")
-        elif isinstance(n, ast.ExceptHandler) and n.type is not None and "DeadlockError" in _free_loads(n.type):
-            needs_local.add("recovers from a DeadlockError (only the local cluster can restart stuck ranks)")
-    return {"uses_cluster": uses, "needs_local": needs_local, "names": names}
-
-
-def _world_size(call: ast.Call, fn: ast.AST, functions: dict, caller: dict | None = None) -> int | None:
-    """What `fn` resizes the cluster to when called as `call` (directly, or in a function it calls
-    first), or None where that does not follow from literals."""
-    if not isinstance(fn, ast.FunctionDef):
-        return None
-    env = _arguments(call, fn.args, caller or {})
-    for stmt in fn.body:
-        for n in ast.walk(stmt):
-            if not isinstance(n, ast.Call):
-                continue
-            if isinstance(n.func, ast.Attribute) and n.func.attr == "resize" and _is_cluster(n.func.value):
-                size = _evaluate(n.args[0], env) if n.args else None
-                return size if type(size) is int else None
-            if isinstance(n.func, ast.Name) and n.func.id in functions and n.func.id != fn.name:
-                inner, facts = functions[n.func.id]
-                if facts["uses_cluster"]:
-                    return _world_size(n, inner, functions, env)
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            value = _evaluate(stmt.value, env)
-            if value is not None:
-                env[stmt.targets[0].id] = value
-    return None
-
-
-def _arguments(call: ast.Call, args: ast.arguments, caller: dict) -> dict:
-    """{parameter: value} for the arguments (and defaults) that evaluate from literals."""
-    names = [a.arg for a in args.posonlyargs + args.args]
-    pairs = list(zip(names[len(names) - len(args.defaults):], args.defaults))
-    pairs += [(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
-    pairs += [(name, (node, caller)) for name, node in zip(names, call.args) if not isinstance(node, ast.Starred)]
-    pairs += [(k.arg, (k.value, caller)) for k in call.keywords if k.arg]
-    env = {}
-    for name, given in pairs:
-        node, scope = given if isinstance(given, tuple) else (given, {})
-        value = _evaluate(node, scope)
-        if value is None:
-            env.pop(name, None)  # a call's non-literal argument overrides a literal default
-        else:
-            env[name] = value
-    return env
-
-
-def _evaluate(node: ast.expr, env: dict):
-    """Arithmetic on literals and `env` (``math.prod(shape)``), or None."""
-    try:
-        return eval(compile(ast.Expression(node), "<world size>", "eval"), dict(_EVAL_GLOBALS), dict(env))
-    except Exception:
-        return None
-
-
-def _is_cluster(node: ast.AST) -> bool:
-    return isinstance(node, ast.Name) and node.id == "cluster"
-
-
-def _is_check_call(stmt: ast.stmt) -> bool:
-    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id.startswith("_check"))
-
-
-def _is_assertion(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Assert) or (
-        isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-        and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id.startswith("assert"))
-
-
-def _makes_cluster(stmt: ast.stmt) -> bool:
-    """``cluster = Cluster(...)`` (or ``Cluster.from_env(...)``)."""
-    if not (isinstance(stmt, ast.Assign) and any(_is_cluster(t) for t in stmt.targets)):
-        return False
-    value = stmt.value
-    return isinstance(value, ast.Call) and "Cluster" in _free_loads(value.func)
-
-
-def _keep(stmt: ast.stmt, bound: set) -> bool:
-    """Whether `stmt` can run given the names bound so far; if so, add what it binds."""
-    definition = isinstance(stmt, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
-    if not definition and not _free_loads(stmt) <= bound:
-        return False
-    bound |= _module_binds(stmt)
-    return True
-
-
-def _free_loads(node: ast.AST) -> set[str]:
-    """Names `node` reads when it runs (not what the functions it defines read later), less those
-    it binds itself (loop variables, comprehension variables)."""
-    loads = set()
-
-    def visit(n):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            a = n.args
-            for d in [*a.defaults, *[d for d in a.kw_defaults if d], *getattr(n, "decorator_list", [])]:
-                visit(d)
-            return
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            loads.add(n.id)
-        for child in ast.iter_child_nodes(n):
-            visit(child)
-
-    visit(node)
-    return loads - _all_stores(node)
-
-
-def _all_stores(node: ast.AST) -> set[str]:
-    out = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            out.add(n.id)
-        elif isinstance(n, ast.arg):
-            out.add(n.arg)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            out.add(n.name)
-    return out | _module_binds(node)
-
-
-def _module_binds(node: ast.AST) -> set[str]:
-    """Names a statement binds in the notebook's namespace (not inside the functions it defines)."""
-    out = set()
-
-    def visit(n):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            out.update(a.asname or a.name.split(".")[0] for a in n.names if a.name != "*")
-        elif not isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                out.add(n.id)
-            elif isinstance(n, ast.ExceptHandler) and n.name:
-                out.add(n.name)
-            for child in ast.iter_child_nodes(n):
-                visit(child)
-
-    visit(node)
-    return out
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _one_line(source: str) -> str:

@@ -162,7 +162,7 @@ class TorchrunCluster:
                 value = fn(*args, **kwargs)
         except Exception as exc:
             self._raised = f"{type(exc).__name__}: {exc}"
-            return "error", _error_info(exc)
+            return "error", _error_info(exc.with_traceback(exc.__traceback__.tb_next))  # from fn's frame on
         try:
             return "ok", _dumps(value)
         except Exception as exc:

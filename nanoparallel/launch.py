@@ -26,7 +26,7 @@ import torch
 
 from nanoparallel import race
 from nanoparallel.cluster import DEFAULT_TIMEOUT, Cluster
-from nanoparallel.errors import ClusterError
+from nanoparallel.errors import ClusterError, RankError
 from nanoparallel.notebook_exercise import ExerciseError, Notebook
 from nanoparallel.torchrun_cluster import in_torchrun
 from nanoparallel.viz.units import human_rate
@@ -119,7 +119,11 @@ def _bench(plan, namespace: dict, function: str, cluster, sizes: list[int], devi
     say(f"{'message':>8}  {'yours':>10}  {builtin:>10}  {'yours/' + builtin:>10}  {'algbw yours':>11}  "
         f"{'algbw ' + builtin:>11}  {'busbw yours':>11}  {'busbw ' + builtin:>11}")
     for nbytes in sizes:
-        per_rank = cluster.run(race.time_both, all_reduce, nbytes, race.repeats_for(nbytes), device=device)
+        try:
+            per_rank = cluster.run(race.time_both, all_reduce, nbytes, race.repeats_for(nbytes), device=device)
+        except RankError as err:
+            say(f"FAIL {race.fmt_bytes(nbytes)}\n{_as_notebook_shows(err)}")
+            return 1
         yours, theirs = race.slowest_median(per_rank, "yours"), race.slowest_median(per_rank, "builtin")
         say(f"{race.fmt_bytes(nbytes):>8}  {yours * 1e3:7.3f} ms  {theirs * 1e3:7.3f} ms  {yours / theirs:9.2f}x  "
             f"{human_rate(race.algbw(nbytes, yours)):>11}  {human_rate(race.algbw(nbytes, theirs)):>11}  "

@@ -34,9 +34,11 @@ process (``LOCAL_RANK``): CPU tensors go through gloo, CUDA tensors through NCCL
 """
 from __future__ import annotations
 
+import ctypes
 import datetime
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -72,6 +74,7 @@ class TorchrunCluster:
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT):
         self.timeout = timeout
+        _die_with_agent()
         self._owns_group = not dist.is_initialized()
         if self._owns_group:
             _join_group()
@@ -202,6 +205,17 @@ class TorchrunCluster:
     def _check_open(self) -> None:
         if self._closed:
             raise ClusterError("This cluster is closed. Make a new one: cluster = Cluster.from_env()")
+
+
+def _die_with_agent() -> None:
+    """A rank must not outlive the torchrun agent that started it: killed with SIGKILL, the
+    agent cannot stop its ranks, which run in sessions of their own (Linux; elsewhere each run's
+    deadline still ends a stuck rank)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
 
 
 def _join_group() -> None:

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
         if args.list:
             if rank == 0:
                 for name in notebook.exercises:
-                    print(f"{name}: {notebook.exercise(name).verdict()}")
+                    print(f"{name}: {_verdict(notebook, name)}")
             return 0
         if torchrun and args.world_size not in (None, world_size):
             raise ExerciseError(f"--world-size {args.world_size}, but torchrun started {world_size} processes: "
@@ -129,6 +129,13 @@ def _bench(plan, namespace: dict, function: str, cluster, sizes: list[int], devi
             f"{human_rate(race.algbw(nbytes, yours)):>11}  {human_rate(race.algbw(nbytes, theirs)):>11}  "
             f"{human_rate(race.busbw(nbytes, yours, P)):>11}  {human_rate(race.busbw(nbytes, theirs, P)):>11}")
     return 0
+
+
+def _verdict(notebook: Notebook, name: str) -> str:
+    try:
+        return notebook.exercise(name).verdict()
+    except ExerciseError as err:  # one unreadable cell spoils its exercise, not the list
+        return f"cannot be read: {err}"
 
 
 def _setup_failed(step, exc: BaseException, say) -> int:

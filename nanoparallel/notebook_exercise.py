@@ -280,8 +280,10 @@ def _parse(cell: Cell, path: Path) -> ast.Module:
     try:
         return ast.parse(cell.source)
     except SyntaxError as err:
+        todo = ("Run it in the notebook to see where, fix it and save." if cell.role == "solution" else
+                "It is a locked cell of the course, which needs fixing in the course's source.")
         raise ExerciseError(f"cell {cell.grade_id} of {path} does not parse ({err.msg}, line {err.lineno}). "
-                            "Run it in the notebook to see where, fix it and save.") from None
+                            f"{todo}") from None
 
 
 def _test_statements(tree: ast.Module) -> list[ast.stmt]:

@@ -9,25 +9,26 @@ notebook. Both run on the same 4-rank cluster, interleaved, for float32 messages
 done when every rank is). Bus bandwidth, as NCCL's tests define it for all-reduce:
 busbw = 2(P-1)/P · bytes / time, the rate each rank's link would need.
 
+The racing loop and the bandwidth formulas are the engine's (`nanoparallel.race`), shared with
+`python -m nanoparallel.launch NOTEBOOK --exercise ring_all_reduce --bench`.
+
 Target (issue 01): the ring within 1.5x of the built-in from 16 MiB up, where bandwidth, not
 Python's per-call overhead, decides. Shared machines are noisy: treat single runs as provisional.
 """
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
 from nanoparallel import Cluster
+from nanoparallel.race import SIZES, busbw, fmt_bytes, repeats_for, slowest_median, time_both
 from nanoparallel.viz.units import human_rate
 from solution_cells import run_cells
 
 WORLD = 4
 CELLS = ("ring_reduce_scatter", "ring_all_gather", "ring_all_reduce")
-SIZES = [1 << k for k in range(10, 27, 2)]  # bytes: 1 KiB, 4 KiB, ..., 64 MiB
 TARGET_RATIO, TARGET_FROM = 1.5, 16 << 20
 
 
@@ -35,35 +36,6 @@ def load_ring_all_reduce():
     """The solution notebook's ring_all_reduce (and the two functions it calls)."""
     namespace = {"__name__": "solution_01_collectives", "torch": torch, "dist": dist}
     return run_cells("01_collectives", CELLS, namespace)["ring_all_reduce"]
-
-
-def time_both(ring_all_reduce, nbytes: int, repeats: int, warmup: int = 2):
-    """Runs on every rank: per-repetition seconds of the ring and of gloo, alternating their order."""
-    x = torch.ones(nbytes // 4)
-    contenders = {"ring": ring_all_reduce, "gloo": dist.all_reduce}
-    times = {name: [] for name in contenders}
-    for i in range(warmup + repeats):
-        for name in (("ring", "gloo") if i % 2 else ("gloo", "ring")):
-            x.fill_(1.0)  # keep the sums finite, however many repetitions
-            dist.barrier()
-            start = time.perf_counter()
-            contenders[name](x)
-            elapsed = time.perf_counter() - start
-            if i >= warmup:
-                times[name].append(elapsed)
-    return times
-
-
-def repeats_for(nbytes: int) -> int:
-    return 40 if nbytes <= 1 << 20 else 15 if nbytes <= 16 << 20 else 7
-
-
-def busbw(nbytes: int, seconds: float) -> float:
-    return 2 * (WORLD - 1) / WORLD * nbytes / seconds
-
-
-def fmt_bytes(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def main() -> None:
@@ -76,11 +48,10 @@ def main() -> None:
     with Cluster(world_size=WORLD, timeout=600) as cluster:
         for nbytes in SIZES:
             per_rank = cluster.run(time_both, ring_all_reduce, nbytes, repeats_for(nbytes))
-            ring, gloo = (statistics.median(max(run) for run in zip(*(r[name] for r in per_rank)))
-                          for name in ("ring", "gloo"))
+            ring, gloo = slowest_median(per_rank, "yours"), slowest_median(per_rank, "builtin")
             ratio = ring / gloo
             print(f"{fmt_bytes(nbytes):>8}  {ring * 1e3:8.3f} ms  {gloo * 1e3:8.3f} ms  {ratio:8.2f}x  "
-                  f"{human_rate(busbw(nbytes, ring)):>11}  {human_rate(busbw(nbytes, gloo)):>11}")
+                  f"{human_rate(busbw(nbytes, ring, WORLD)):>11}  {human_rate(busbw(nbytes, gloo, WORLD)):>11}")
             if nbytes >= TARGET_FROM:
                 verdicts.append(f"{fmt_bytes(nbytes)} {ratio:.2f}x {'ok' if ratio <= TARGET_RATIO else 'MISSED'}")
     print(f"target: ring within {TARGET_RATIO}x of gloo from {fmt_bytes(TARGET_FROM)} up: " + ", ".join(verdicts))

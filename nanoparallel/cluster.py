@@ -71,6 +71,19 @@ def _dumps(obj) -> bytes:
     return buffer.getvalue()
 
 
+def pack_run(fn, args: tuple, kwargs: dict) -> bytes:
+    """``fn`` and its arguments, pickled by value for the ranks (also `TorchrunCluster`'s copy)."""
+    if not callable(fn):
+        raise TypeError(f"cluster.run needs a function to run on each rank, got {type(fn).__name__}.")
+    try:
+        return _dumps((fn, args, kwargs))
+    except Exception as exc:
+        raise ClusterError(
+            f"Could not send {getattr(fn, '__name__', fn)!r} and its arguments to the ranks "
+            f"({type(exc).__name__}: {exc}). Functions travel by value: they must not capture "
+            "open files, locks, generators or the cluster itself.") from None
+
+
 class RunResult(list):
     """The per-rank return values of one run, in rank order, plus its `trace`."""
 
@@ -130,11 +143,30 @@ class Cluster:
         self._spawn(self._world_size)
         self._ensure_ready()
 
+    @classmethod
+    def from_env(cls, world_size: int = 4, **kwargs):
+        """The cluster this process should use: under torchrun (its RANK, WORLD_SIZE and
+        MASTER_ADDR or TORCHELASTIC_RUN_ID are set) a `TorchrunCluster` on torchrun's ranks,
+        which runs ``fn`` in place on each of them; otherwise ``Cluster(world_size, **kwargs)``.
+        So one script runs with ``python script.py`` and with ``torchrun --nproc-per-node=4
+        script.py``. Under torchrun the world size is torchrun's and only ``timeout`` of the
+        keyword arguments applies (the others describe local ranks)."""
+        from nanoparallel.torchrun_cluster import TorchrunCluster, in_torchrun
+        if in_torchrun():
+            return TorchrunCluster(timeout=kwargs.get("timeout", DEFAULT_TIMEOUT))
+        return cls(world_size, **kwargs)
+
     # -- public API ------------------------------------------------------------------------
 
     @property
     def world_size(self) -> int:
         return self._world_size
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process should print a script's results: always, here (the notebook's
+        process holds every result); under torchrun, rank 0 only (`TorchrunCluster`)."""
+        return True
 
     @property
     def pids(self) -> list[int]:
@@ -144,15 +176,7 @@ class Cluster:
     def run(self, fn, *args, **kwargs) -> RunResult:
         """Run ``fn(*args, **kwargs)`` on every rank; return the results in rank order."""
         self._check_open()
-        if not callable(fn):
-            raise TypeError(f"cluster.run needs a function to run on each rank, got {type(fn).__name__}.")
-        try:
-            payload = _dumps((fn, args, kwargs))
-        except Exception as exc:
-            raise ClusterError(
-                f"Could not send {getattr(fn, '__name__', fn)!r} and its arguments to the ranks "
-                f"({type(exc).__name__}: {exc}). Functions travel by value: they must not capture "
-                "open files, locks, generators or the cluster itself.") from None
+        payload = pack_run(fn, args, kwargs)
         if not self._lock.acquire(blocking=False):
             raise ClusterError("This cluster is already running a function; runs cannot overlap.")
         try:

@@ -78,13 +78,26 @@ def rank_error(errors: dict[int, dict], waiting: dict[int, str]) -> RankError:
     return RankError(message, rank, sorted(errors), text, exception)
 
 
+BLOCKED_HINT = ("A rank blocked in a call waits for a peer that never answers: every send needs a "
+                "matching recv on the peer, and every rank must call each collective, in the same order.")
+
+
 def deadlock_message(waiting: dict[int, str], timeout: float) -> str:
     lines = [f"The ranks did not all finish within {timeout:g} s. At the deadline:"]
     lines += [f"  rank {r}: {what}" for r, what in sorted(waiting.items())]
     blocked = any("pending" in what for what in waiting.values())
     if blocked:
-        lines.append("A rank blocked in a call waits for a peer that never answers: every send needs a "
-                     "matching recv on the peer, and every rank must call each collective, in the same order.")
+        lines.append(BLOCKED_HINT)
     lines.append("The cluster restarted its ranks and is ready for the next run. If the work is "
                  "just slow, raise the deadline: cluster.timeout = 60")
     return "\n".join(lines)
+
+
+def torchrun_deadline_message(rank: int, waiting: str, timeout: float) -> str:
+    """What a rank under torchrun says when its run misses the deadline: it knows only itself,
+    and cannot be restarted, so it says what it waits for and that it stops."""
+    return "\n".join([
+        f"rank {rank} did not finish its run within {timeout:g} s: {waiting}.", BLOCKED_HINT,
+        "Under torchrun a rank cannot be restarted: this process exits with status 1 and torchrun "
+        "stops the others. If the work is just slow, raise the deadline (cluster.timeout, or "
+        "--timeout of nanoparallel.launch)."])

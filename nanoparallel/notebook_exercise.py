@@ -42,7 +42,6 @@ from types import CodeType
 from nanoparallel.check_code import (admit, free_loads, function_facts, is_assertion, is_check_call,
                                      makes_cluster, resized_world_size)
 
-HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 _BUILTINS = frozenset(dir(builtins)) | {"__name__"}
 
 
@@ -56,6 +55,7 @@ class Cell:
     grade_id: str | None
     role: str | None        # "setup" (locked, not graded), "solution", "test" (graded); None: demonstration
     source: str             # IPython magics blanked out, so that line numbers stay the notebook's
+    released: bool = False  # carries nbgrader's checksum: a student's copy, its hidden checks taken out
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Notebook:
     def __init__(self, path):
         self.path = Path(path)
         self.cells = _read_cells(self.path)
-        self.has_hidden_tests = any(HIDDEN_TESTS in c.source for c in self.cells)
+        self.is_release = any(c.released for c in self.cells)
 
     @property
     def exercises(self) -> list[str]:
@@ -158,7 +158,7 @@ class Exercise:
                 f"{where} needs the notebook's local cluster: {'; '.join(self.needs_local())}. Check it in the "
                 f"notebook. Exercises of this notebook that run on ranks here: {_join(self._portable(), 'and') or 'none'}.")
         if world_size not in self.world_sizes:
-            hidden = "" if self.notebook.has_hidden_tests else (
+            hidden = "" if not self.notebook.is_release else (
                 " (course/ has the visible checks only; the solution notebook adds hidden ones)")
             raise ExerciseError(
                 f"{where} is checked on {_join(self.world_sizes)} ranks in this notebook{hidden}, not on "
@@ -265,7 +265,7 @@ def _read_cells(path: Path) -> list[Cell]:
                 "setup" if meta.get("locked") else None)
         source = "".join(cell.get("source", []))
         source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
-        cells.append(Cell(index, meta.get("grade_id") if role else None, role, source))
+        cells.append(Cell(index, meta.get("grade_id") if role else None, role, source, "checksum" in meta))
     if not any(c.role == "test" for c in cells):
         raise ExerciseError(f"{path} is not a course notebook: no graded test cell (nbgrader metadata). Give "
                             "a notebook from course/ or solutions/.")

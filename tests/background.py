@@ -28,12 +28,12 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "3"))
+BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "4"))
 # Kernels stop a run as a deadlock once every unfinished rank has waited 2 s in a
 # torch.distributed call using no CPU (the engine's tests check both ways of stopping), so a
 # deadlocking wrong answer loses its points in seconds rather than after the 10 s deadline.
 STALL_SECONDS = "2"
-NBVAL = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
+NBVAL = ["-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
          "--nbval-cell-timeout=120", "solutions"]
 
 

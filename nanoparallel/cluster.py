@@ -43,7 +43,8 @@ from nanoparallel.trace import Trace
 from nanoparallel.worker import worker_main
 
 MAX_WORLD_SIZE = 32       # each rank is a process with its own copy of torch (~0.3 GB)
-DEFAULT_TIMEOUT = 10.0    # seconds; well below nbgrader's 30 s cell timeout
+DEFAULT_TIMEOUT = 10.0    # seconds; well below nbgrader's 60 s cell timeout
+TIMEOUT_ENV = "NANOPARALLEL_TIMEOUT"      # overrides DEFAULT_TIMEOUT (the test suite's busy machine)
 STALL_ENV = "NANOPARALLEL_STALL_TIMEOUT"  # the default of `stall_timeout` (the test suite sets it)
 ERROR_GRACE = 1.0         # after one rank fails, how long the others get to finish
 GLOO_TIMEOUT = 600.0      # the parent's deadline always fires first; this only bounds strays
@@ -104,7 +105,8 @@ class Cluster:
 
     world_size     ranks to run on (1 to 32); `resize` changes it later
     backend        "gloo" (CPU, the default) or "nccl" (one GPU per rank)
-    timeout        seconds a run may take before it raises `DeadlockError`; settable later
+    timeout        seconds a run may take before it raises `DeadlockError`; settable later;
+                   default: $NANOPARALLEL_TIMEOUT or 10
     stall_timeout  if set (Linux), a run also raises `DeadlockError` once every unfinished rank
                    has waited this many seconds inside a torch.distributed call using no CPU,
                    which no run that is making progress does; default: $NANOPARALLEL_STALL_TIMEOUT
@@ -115,11 +117,11 @@ class Cluster:
     """
 
     def __init__(self, world_size: int = 4, *, backend: str = "gloo",
-                 timeout: float = DEFAULT_TIMEOUT, start_timeout: float = 180.0,
+                 timeout: float | None = None, start_timeout: float = 180.0,
                  start_method: str | None = None, stall_timeout: float | None = None):
         self._world_size = _check_world_size(world_size, backend)
         self.backend = backend
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else _env_seconds(TIMEOUT_ENV) or DEFAULT_TIMEOUT
         self.start_timeout = start_timeout
         self.stall_timeout = stall_timeout if stall_timeout is not None else _env_seconds(STALL_ENV)
         self.start_method = start_method or default_start_method()

@@ -28,10 +28,13 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "4"))
-# Kernels stop a run as a deadlock once every unfinished rank has waited 2 s in a
-# torch.distributed call using no CPU (the engine's tests check both ways of stopping), so a
-# deadlocking wrong answer loses its points in seconds rather than after the 10 s deadline.
+BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "3"))
+# The suite keeps both cores busy, so a run may take longer than a learner's 10 s deadline
+# without being stuck: the suite's kernels (background jobs, the browser's JupyterLab) get 30 s.
+# A deadlock is still stopped in seconds: grading kernels call a run a deadlock once every
+# unfinished rank has waited 2 s in a torch.distributed call using no CPU (the engine's tests
+# check both ways of stopping).
+BUSY_MACHINE = {"NANOPARALLEL_TIMEOUT": "30"}
 STALL_SECONDS = "2"
 NBVAL = ["-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
          "--nbval-cell-timeout=120", "solutions"]
@@ -62,7 +65,7 @@ class Background:
     def __init__(self, base: Path, jobs: int = BACKGROUND_JOBS):
         from nanoparallel.cluster import STALL_ENV
         self.base = base
-        self.grading_env = dict(os.environ, **{STALL_ENV: STALL_SECONDS})
+        self.grading_env = dict(os.environ, **BUSY_MACHINE, **{STALL_ENV: STALL_SECONDS})
         self.pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="background")
         self.runs: dict[tuple, object] = {}
         self.running: set[subprocess.Popen] = set()
@@ -73,7 +76,7 @@ class Background:
         """Queue nbval (if asked) and one round trip per (module, assignment) -> {student:
         notebook}; the longest first, so that the last to finish is a short one."""
         if nbval:
-            self.runs["nbval"] = self.pool.submit(self._run, [sys.executable, *NBVAL], None, dict(os.environ))
+            self.runs["nbval"] = self.pool.submit(self._run, [sys.executable, *NBVAL], None, dict(os.environ, **BUSY_MACHINE))
         for key, students in sorted(classes.items(), key=lambda kv: -len(kv[1])):
             self.runs[key] = self.pool.submit(self._grade, key, students)
 

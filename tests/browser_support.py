@@ -207,7 +207,8 @@ def tail(path: Path, lines: int = 40) -> str:
 def jupyter_env(home: Path) -> dict:
     """The project's environment with Jupyter's per-user folders moved into ``home``, so that a
     developer's own Jupyter config, kernels and settings do not change what is tested."""
-    env = dict(os.environ)
+    from background import BUSY_MACHINE
+    env = dict(os.environ, **BUSY_MACHINE)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
                      ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython")):

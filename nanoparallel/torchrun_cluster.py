@@ -34,11 +34,9 @@ process (``LOCAL_RANK``): CPU tensors go through gloo, CUDA tensors through NCCL
 """
 from __future__ import annotations
 
-import ctypes
 import datetime
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 import time
@@ -54,7 +52,7 @@ from nanoparallel.cluster import DEFAULT_TIMEOUT, GLOO_TIMEOUT, Cluster, RunResu
 from nanoparallel.context import set_current_tracer
 from nanoparallel.errors import ClusterError, rank_error, torchrun_deadline_message
 from nanoparallel.trace import Trace
-from nanoparallel.worker import _error_info
+from nanoparallel.worker import _error_info, die_with_parent_process
 
 WORKS_HERE = "run, resize (to the same size), world_size, rank, is_main, timeout and close"
 LOCAL_SETTINGS = ("backend", "stall_timeout", "start_timeout", "start_method", "log_path")
@@ -74,7 +72,10 @@ class TorchrunCluster:
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT):
         self.timeout = timeout
-        _die_with_agent()
+        # A rank must not outlive the torchrun agent that started it: killed with SIGKILL, the agent
+        # cannot stop its ranks, which run in sessions of their own (Linux; elsewhere each run's
+        # deadline still ends a stuck rank).
+        die_with_parent_process()
         self._owns_group = not dist.is_initialized()
         if self._owns_group:
             _join_group()
@@ -205,17 +206,6 @@ class TorchrunCluster:
     def _check_open(self) -> None:
         if self._closed:
             raise ClusterError("This cluster is closed. Make a new one: cluster = Cluster.from_env()")
-
-
-def _die_with_agent() -> None:
-    """A rank must not outlive the torchrun agent that started it: killed with SIGKILL, the
-    agent cannot stop its ranks, which run in sessions of their own (Linux; elsewhere each run's
-    deadline still ends a stuck rank)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def _join_group() -> None:

@@ -31,13 +31,7 @@ def _die_with_parent(owner: int) -> None:
         if getattr(server, "_forkserver_alive_fd", None) is not None:
             os.close(server._forkserver_alive_fd)
             server._forkserver_alive_fd = None
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+    die_with_parent_process()
 
     def watch():  # a portable fallback for systems without PR_SET_PDEATHSIG
         while os.getppid() == parent and _exists(owner):
@@ -45,6 +39,18 @@ def _die_with_parent(owner: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def die_with_parent_process() -> None:
+    """Ask Linux to SIGKILL this process when its parent process dies (PR_SET_PDEATHSIG);
+    elsewhere, nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
 
 
 def _exists(pid: int) -> bool:

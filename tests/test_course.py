@@ -20,12 +20,17 @@ sys.path.insert(0, str(ROOT / "autograder"))
 import grade  # noqa: E402
 
 
-def load_mutants(assignment: str) -> dict:
-    path = ROOT / "tests" / "mutants" / f"{assignment}.py"
-    spec = importlib.util.spec_from_file_location(f"mutants_{assignment}", path)
+def load_table(folder: str, assignment: str, name: str) -> dict:
+    """The table `name` (MUTANTS, TAMPERING) of tests/<folder>/<assignment>.py."""
+    path = ROOT / "tests" / folder / f"{assignment}.py"
+    spec = importlib.util.spec_from_file_location(f"{folder}_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.MUTANTS
+    return getattr(module, name)
+
+
+def load_mutants(assignment: str) -> dict:
+    return load_table("mutants", assignment, "MUTANTS")
 
 
 def cells_by_grade_id(nb) -> dict:
@@ -48,12 +53,17 @@ def submissions(assignment: str) -> dict:
         "solution": solution,
     }
     for name, replacements in load_mutants(assignment).items():
-        nb = nbformat.from_dict(json.loads(json.dumps(solution)))
-        cells = cells_by_grade_id(nb)
-        for grade_id, source in replacements.items():
-            cells[grade_id].source = source.strip("\n")
-        found[name] = nb
+        found[name] = with_cells_replaced(solution, replacements)
     return found
+
+
+def with_cells_replaced(nb, replacements: dict):
+    """A copy of `nb` whose cells with the grade_ids in `replacements` hold the given sources."""
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    cells = cells_by_grade_id(nb)
+    for grade_id, source in replacements.items():
+        cells[grade_id].source = source.strip("\n")
+    return nb
 
 
 @pytest.fixture(scope="session")

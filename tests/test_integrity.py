@@ -9,37 +9,24 @@ mutant must never be flagged (tests/test_course.py checks that on its own round 
 from __future__ import annotations
 
 import csv
-import importlib.util
-import json
 
 import nbformat
 import pytest
 
 from background import ROOT
-from test_course import cells_by_grade_id
+from test_course import load_table, with_cells_replaced
 
 CASES = sorted(p.stem for p in (ROOT / "tests" / "tampering").glob("*.py"))
 
 
 def load_tampering(assignment: str) -> dict:
-    spec = importlib.util.spec_from_file_location(f"tampering_{assignment}",
-                                                  ROOT / "tests" / "tampering" / f"{assignment}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.TAMPERING
+    return load_table("tampering", assignment, "TAMPERING")
 
 
 def submissions(assignment: str) -> dict:
     """The class graded for `assignment`: the solution with each case's cells replaced."""
     solution = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    found = {}
-    for name, case in load_tampering(assignment).items():
-        nb = nbformat.from_dict(json.loads(json.dumps(solution)))
-        cells = cells_by_grade_id(nb)
-        for grade_id, source in case["cells"].items():
-            cells[grade_id].source = source.strip("\n")
-        found[name] = nb
-    return found
+    return {name: with_cells_replaced(solution, case["cells"]) for name, case in load_tampering(assignment).items()}
 
 
 @pytest.mark.notebooks

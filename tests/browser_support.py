@@ -25,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the project's environment: jupyter comes from here too
 ARTIFACTS = ROOT / "artifacts" / "browser"
@@ -56,12 +58,6 @@ LAB_SETTINGS = {
 
 
 # -- processes ------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def children_map() -> dict[int, list[int]]:
     """{ppid: [pid, ...]} for every process in /proc."""

@@ -43,9 +43,10 @@ import nbformat
 import pytest
 
 from browser_support import (ARTIFACTS, CHROMIUM_ARGS, ROOT, SCREENSHOTS, WIDGET_MIME, Lab,
-                             NotebookPage, descendants, describe, find_chromium, free_port,
+                             NotebookPage, descendants, describe, find_chromium,
                              http_status, jupyter_env, kill_tree, listen_addresses,
-                             no_browser_reason, poll, tail, wait_gone)
+                             no_browser_reason, poll, tail, wait_gone, wait_http)
+from ports import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -347,7 +348,7 @@ def test_make_lab_listens_on_localhost_and_requires_its_token(tmp_path):
             return m.group(1) if m else None
         token = poll("`make lab` to print its URL with a token", started, 120)
         url = f"http://127.0.0.1:{port}/api/contents"
-        poll("the server to answer", lambda: http_status(url, token) == 200, 30)
+        wait_http(url, token, proc, log, 30)
         assert len(token) >= 32, "the token is too short to be a secret"
         assert http_status(url) == 403, "a request without the token was not refused"
         assert http_status(url, "not-the-token") == 403, "a request with a wrong token was not refused"

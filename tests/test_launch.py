@@ -9,7 +9,6 @@ import ast
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -20,6 +19,7 @@ import pytest
 from nanoparallel import Cluster, launch, race
 from nanoparallel.notebook_exercise import ExerciseError, Notebook
 from nanoparallel.torchrun_cluster import in_torchrun
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_01 = ROOT / "solutions" / "01_collectives" / "01_collectives.ipynb"
@@ -214,9 +214,7 @@ def test_a_wrong_answer_fails_with_the_notebooks_message(tmp_path, no_torchrun):
 
 @pytest.mark.notebooks
 def test_two_nodes_rendezvous_on_one_address():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        rendezvous = (f"127.0.0.1:{s.getsockname()[1]}", uuid.uuid4().hex)
+    rendezvous = (f"127.0.0.1:{free_port()}", uuid.uuid4().hex)
     jobs = [torchrun(*launcher(SOLUTION_01, "ring_all_reduce"), nproc=2, rendezvous=rendezvous) for _ in range(2)]
     results = [finish(job) for job in jobs]
     assert [status for status, _, _ in results] == [0, 0], results

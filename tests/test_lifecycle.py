@@ -1,8 +1,6 @@
 """No worker outlives its cluster: close, garbage collection, an interrupt, a killed parent,
 or a Jupyter kernel that is shut down or restarted."""
 import gc
-import os
-import signal
 import subprocess
 import sys
 import textwrap

@@ -4,7 +4,7 @@ notebook's formulas)."""
 import pytest
 
 from nanoparallel.planner import (CLUSTERS, MODELS, NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, ClusterSpec, ModelSpec,
-                                  Plan, candidate_plans, search)
+                                  candidate_plans, search)
 
 
 def test_neox_as_published():

@@ -1,10 +1,9 @@
 """Notebook 07's planner pictures and widget, driven headless with stand-in formulas."""
 import math
 
-import numpy as np
 import pytest
 
-from nanoparallel.planner import NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, Ranked, Plan, candidate_plans, search
+from nanoparallel.planner import NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, Ranked, candidate_plans, search
 from nanoparallel.viz.planner import plot_feasible, plot_plans, planner_widget
 
 pytestmark = pytest.mark.usefixtures("quiet_pictures")

@@ -45,6 +45,29 @@ def spawn_once() -> float:
         return time.perf_counter() - start
 
 
+# A fresh process per start: the fork server, and what it preloads, is one per process.
+FIRST_OPTIMIZER = """
+import sys, time
+import torch
+import nanoparallel.cluster
+nanoparallel.cluster._PRELOAD = sys.argv[1].split(",")
+start = time.perf_counter()
+with nanoparallel.cluster.Cluster(world_size=4) as cluster:
+    cluster.run(lambda: torch.optim.Adam(torch.nn.Linear(4, 4).parameters()).step())
+print(time.perf_counter() - start)
+"""
+
+
+def first_optimizer_start(preload: list[str]) -> float:
+    """Seconds from Cluster() to the end of a first run in which every rank makes an optimizer
+    (what the notebooks' warm-up runs do), with a fork server that preloads `preload`."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", FIRST_OPTIMIZER, ",".join(preload)], check=True,
+                          capture_output=True, text=True)
+    return float(done.stdout.split()[-1])
+
+
 def traced_vs_raw(nbytes: int, rounds: int):
     """Per-call seconds of all_reduce with tracing (as learners call it) and without, interleaved."""
     import torch.distributed.distributed_c10d as c10d
@@ -84,6 +107,18 @@ def main() -> None:
             cluster.close()
         print(f"cold start, {method + ':':<11} {WORLD} ranks: median {statistics.median(colds):6.2f} s   "
               f"(target <= 5 s; runs: " + ", ".join(f"{c:.2f}" for c in colds) + ")")
+
+    # The first optimizer a rank makes imports torch._dynamo (and sympy), about a second of
+    # CPU, unless the fork server already did; interleaved, three starts each.
+    from nanoparallel.cluster import _PRELOAD
+    without = [m for m in _PRELOAD if m != "torch._dynamo"]
+    starts = {"torch": [], "torch + torch._dynamo": []}
+    for _ in range(3):
+        starts["torch"].append(first_optimizer_start(without))
+        starts["torch + torch._dynamo"].append(first_optimizer_start(_PRELOAD))
+    for name, times in starts.items():
+        print(f"start + first run making an optimizer, server preloads {name + ':':<22} median "
+              f"{statistics.median(times):5.2f} s (runs: " + ", ".join(f"{t:.2f}" for t in times) + ")")
 
     with Cluster(world_size=WORLD) as cluster:
         cluster.run(tiny_all_reduce)

@@ -7,6 +7,7 @@ message, but its last post stays readable here.
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 
 SLOT = 200  # bytes per rank: state, since, description
@@ -57,26 +58,33 @@ def cpu_ticks(pid: int) -> int | None:
 class StallWatch:
     """Tells a deadlock from slow work before the deadline: every unfinished rank is inside a
     torch.distributed call (the board says which), none has moved to another call, and none has
-    used any CPU, for `seconds`. A transfer in progress burns CPU, and a rank computing or
-    sleeping (emulated device time) is outside a call, so neither looks stalled."""
+    used more than a trickle of CPU, for `seconds`. A transfer in progress burns CPU, and a rank
+    computing or sleeping (emulated device time) is outside a call, so neither looks stalled.
 
-    POLL = 0.25  # seconds between looks
+    The trickle: gloo's network thread wakes now and then, so a blocked rank is charged a clock
+    tick every few seconds. Demanding no tick at all let eight blocked ranks look busy for
+    seconds; a rank that moves data gets far more than IDLE_SHARE of a core."""
+
+    POLL = 0.25         # seconds between looks
+    IDLE_SHARE = 0.02   # of one core: what a rank blocked in a call may use and still be stalled
+    TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def __init__(self, board: StatusBoard, seconds: float):
         self.board, self.seconds = board, seconds
-        self._last, self._since = None, time.monotonic()
+        self._calls, self._ticks, self._since = None, {}, time.monotonic()
 
     def stalled(self, pids: dict[int, int | None]) -> bool:
         """`pids`: rank -> process id of each rank that has not answered yet."""
         now = time.monotonic()
-        state = []
+        calls, ticks = [], {}
         for rank, pid in sorted(pids.items()):
             kind, since, what = self.board.read(rank)
-            ticks = cpu_ticks(pid) if pid else None
-            if kind != COMM or ticks is None:
-                self._last, self._since = None, now
+            ticks[rank] = cpu_ticks(pid) if pid else None
+            if kind != COMM or ticks[rank] is None:
+                self._calls = None
                 return False
-            state.append((rank, since, ticks))
-        if state != self._last:
-            self._last, self._since = state, now
+            calls.append((rank, since))
+        allowance = 1 + self.IDLE_SHARE * (now - self._since) * self.TICKS_PER_SECOND
+        if calls != self._calls or any(ticks[r] - self._ticks[r] > allowance for r in ticks):
+            self._calls, self._ticks, self._since = calls, ticks, now
         return now - self._since >= self.seconds

@@ -50,8 +50,10 @@ ERROR_GRACE = 1.0         # after one rank fails, how long the others get to fin
 GLOO_TIMEOUT = 600.0      # the parent's deadline always fires first; this only bounds strays
 _WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 # What a fork server imports once, so that a new rank does not: importing torch takes a second
-# or more of CPU per rank, paid at a kernel's first Cluster and again after every deadlock.
-_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "nanoparallel.worker", "nanoparallel.tracing"]
+# or more of CPU per rank, paid at a kernel's first Cluster and again after every deadlock; so
+# does torch._dynamo (with sympy), which torch imports when a rank makes its first optimizer.
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "cloudpickle", "nanoparallel.worker",
+            "nanoparallel.tracing"]
 
 
 class _Pickler(cloudpickle.CloudPickler):
@@ -108,8 +110,8 @@ class Cluster:
     timeout        seconds a run may take before it raises `DeadlockError`; settable later;
                    default: $NANOPARALLEL_TIMEOUT or 10
     stall_timeout  if set (Linux), a run also raises `DeadlockError` once every unfinished rank
-                   has waited this many seconds inside a torch.distributed call using no CPU,
-                   which no run that is making progress does; default: $NANOPARALLEL_STALL_TIMEOUT
+                   has waited this many seconds inside a torch.distributed call using at most
+                   2 % of a core, which no run that is making progress does; default: $NANOPARALLEL_STALL_TIMEOUT
                    or off, so a deadlock costs the whole `timeout`
     start_timeout  seconds to wait for new workers to import torch and join the group
     start_method   "forkserver" (the default where available: ranks fork from a server that

@@ -32,7 +32,7 @@ BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "3"))
 # The suite keeps both cores busy, so a run may take longer than a learner's 10 s deadline
 # without being stuck: the suite's kernels (background jobs, the browser's JupyterLab) get 30 s.
 # A deadlock is still stopped in seconds: grading kernels call a run a deadlock once every
-# unfinished rank has waited 2 s in a torch.distributed call using no CPU (the engine's tests
+# unfinished rank has waited 2 s in a torch.distributed call using almost no CPU (the engine's tests
 # check both ways of stopping).
 BUSY_MACHINE = {"NANOPARALLEL_TIMEOUT": "30"}
 STALL_SECONDS = "2"

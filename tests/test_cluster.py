@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from nanoparallel import Cluster, ClusterError, DeadlockError, RankError
+from nanoparallel import Cluster, ClusterError, DeadlockError, RankError, board
+from nanoparallel.board import COMM
 
 
 def rank_and_size():
@@ -119,7 +120,7 @@ def test_async_wait_is_named_in_a_deadlock(cluster4):
 
 @pytest.fixture
 def stall_after_1s(cluster4):
-    """The session cluster, calling a run that waits 1 s in calls, using no CPU, a deadlock."""
+    """The session cluster, calling a run that waits 1 s in calls, using almost no CPU, a deadlock."""
     cluster4.stall_timeout, cluster4.timeout = 1.0, 30.0
     yield cluster4
     cluster4.stall_timeout, cluster4.timeout = 0, 5.0
@@ -155,6 +156,40 @@ def test_slow_work_is_not_a_stall(stall_after_1s):
 
     assert stall_after_1s.run(late_sender, False) == [0, 1, 2, 3]
     assert stall_after_1s.run(late_sender, True) == [0, 1, 2, 3]
+
+
+class _Calls:
+    """A status board on which every rank has sat in the same call since time 0."""
+
+    def read(self, rank):
+        return COMM, 0.0, f"recv(src={rank - 1})"
+
+
+def _watch(monkeypatch, ticks_at):
+    """StallWatch(1 s) on 8 ranks, polled every 0.25 s of a fake clock for 4 s; `ticks_at(rank,
+    poll)` is the CPU a rank has used so far. Returns the first poll that says stalled."""
+    clock = [0.0]
+    monkeypatch.setattr(board.time, "monotonic", lambda: clock[0])
+    poll = [0]
+    monkeypatch.setattr(board, "cpu_ticks", lambda pid: ticks_at(pid - 100, poll[0]))
+    watch = board.StallWatch(_Calls(), 1.0)
+    for poll[0] in range(17):
+        clock[0] = poll[0] * 0.25
+        if watch.stalled({rank: 100 + rank for rank in range(8)}):
+            return poll[0]
+    return None
+
+
+def test_blocked_ranks_whose_network_thread_ticks_now_and_then_are_a_stall(monkeypatch):
+    """gloo's network thread wakes now and then, so a blocked rank is charged a clock tick every
+    few seconds: with eight ranks, one of them does in most seconds."""
+    first = _watch(monkeypatch, lambda rank, poll: (poll + rank) // 8)  # some rank ticks every 0.25 s
+    assert first == 4  # 1 s after the calls began
+
+
+def test_ranks_moving_data_are_never_a_stall(monkeypatch):
+    assert _watch(monkeypatch, lambda rank, poll: 3 * poll) is None  # 12 ticks/s: 12 % of a core
+    assert _watch(monkeypatch, lambda rank, poll: 3 * poll * (rank == 5)) is None  # one rank is enough
 
 
 def test_a_dying_rank_is_reported_and_replaced(cluster4):

@@ -28,6 +28,8 @@ import os
 import secrets
 import tempfile
 import textwrap
+import time
+from queue import Empty
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
@@ -231,11 +233,43 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
     return {"flagged": bool(reasons), "reasons": reasons, "cells": cells}
 
 
+POLL_SLICE = 1.0  # seconds: the longest a message that has arrived can go unnoticed
+
+
+def poll_in_slices(channel) -> None:
+    """Make an asyncio kernel-client channel wait for a message in slices of POLL_SLICE.
+
+    pyzmq's asyncio poll can miss the wake-up for a message that has already arrived; the
+    message is then found only when the poll times out, when pyzmq polls once more. nbclient
+    waits for a cell's reply with the whole cell timeout, so a submission stood still for
+    exactly 60 s between two cells in about one run in ten (measured on notebook 05); each
+    slice ends with that extra poll instead."""
+    get_msg = channel.get_msg
+
+    async def sliced(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SLICE if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await get_msg(timeout=min(POLL_SLICE, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    channel.get_msg = sliced
+
+
 class GuardedExecute(Execute):
     """Execute, witnessed: see the module docstring."""
 
     extra_arguments = List(["--HistoryManager.hist_file=:memory:",
                             "--IPKernelApp.extra_extensions=nanoparallel.guard"]).tag(config=True)
+
+    async def async_start_new_kernel_client(self):
+        client = await super().async_start_new_kernel_client()
+        poll_in_slices(client.shell_channel)
+        poll_in_slices(client.iopub_channel)
+        return client
 
     def preprocess(self, nb, resources):
         key = secrets.token_bytes(32)

@@ -236,16 +236,19 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
 POLL_SLICE = 1.0  # seconds: the longest a message that has arrived can go unnoticed
 
 
-def poll_in_slices(channel) -> None:
-    """Make an asyncio kernel-client channel wait for a message in slices of POLL_SLICE.
+def poll_in_slices(client) -> None:
+    """Make an asyncio kernel client wait for shell and iopub messages in slices of POLL_SLICE.
 
     pyzmq's asyncio poll can miss the wake-up for a message that has already arrived; the
     message is then found only when the poll times out, when pyzmq polls once more. nbclient
     waits for a cell's reply with the whole cell timeout, so a submission stood still for
     exactly 60 s between two cells in about one run in ten (measured on notebook 05); each
     slice ends with that extra poll instead."""
-    get_msg = channel.get_msg
+    for channel in (client.shell_channel, client.iopub_channel):
+        channel.get_msg = _sliced(channel.get_msg)
 
+
+def _sliced(get_msg):
     async def sliced(timeout=None):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -255,8 +258,7 @@ def poll_in_slices(channel) -> None:
             except Empty:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
-
-    channel.get_msg = sliced
+    return sliced
 
 
 class GuardedExecute(Execute):
@@ -267,8 +269,7 @@ class GuardedExecute(Execute):
 
     async def async_start_new_kernel_client(self):
         client = await super().async_start_new_kernel_client()
-        poll_in_slices(client.shell_channel)
-        poll_in_slices(client.iopub_channel)
+        poll_in_slices(client)
         return client
 
     def preprocess(self, nb, resources):

@@ -13,6 +13,17 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOWN = 4  # slowest cells printed per notebook
+sys.path.insert(0, str(ROOT / "autograder"))
+from guarded_execute import poll_in_slices  # noqa: E402
+
+
+class Client(NotebookClient):
+    """nbclient, polling as the grader does (a lost wake-up would add 600 s to a cell here)."""
+
+    async def async_start_new_kernel_client(self):
+        client = await super().async_start_new_kernel_client()
+        poll_in_slices(client)
+        return client
 
 
 def seconds(cell) -> float:
@@ -27,7 +38,7 @@ def seconds(cell) -> float:
 def profile(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True,
+    Client(nb, timeout=600, kernel_name="python3", record_timing=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     total = time.perf_counter() - start
     cells = [(seconds(c), i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]

@@ -29,7 +29,8 @@ class LostWakeUp:
 
 
 def waited(channel, timeout):
-    poll_in_slices(channel)
+    client = type("Client", (), {"shell_channel": channel, "iopub_channel": LostWakeUp(None)})()
+    poll_in_slices(client)
     start = time.monotonic()
     try:
         return asyncio.run(channel.get_msg(timeout=timeout)), time.monotonic() - start

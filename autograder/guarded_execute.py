@@ -261,16 +261,20 @@ def _sliced(get_msg):
     return sliced
 
 
-class GuardedExecute(Execute):
-    """Execute, witnessed: see the module docstring."""
-
-    extra_arguments = List(["--HistoryManager.hist_file=:memory:",
-                            "--IPKernelApp.extra_extensions=nanoparallel.guard"]).tag(config=True)
+class PollsInSlices:
+    """Mixed into an nbclient `NotebookClient`: its kernel client polls in slices."""
 
     async def async_start_new_kernel_client(self):
         client = await super().async_start_new_kernel_client()
         poll_in_slices(client)
         return client
+
+
+class GuardedExecute(PollsInSlices, Execute):
+    """Execute, witnessed: see the module docstring."""
+
+    extra_arguments = List(["--HistoryManager.hist_file=:memory:",
+                            "--IPKernelApp.extra_extensions=nanoparallel.guard"]).tag(config=True)
 
     def preprocess(self, nb, resources):
         key = secrets.token_bytes(32)

@@ -14,16 +14,11 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 SHOWN = 4  # slowest cells printed per notebook
 sys.path.insert(0, str(ROOT / "autograder"))
-from guarded_execute import poll_in_slices  # noqa: E402
+from guarded_execute import PollsInSlices  # noqa: E402
 
 
-class Client(NotebookClient):
+class Client(PollsInSlices, NotebookClient):
     """nbclient, polling as the grader does (a lost wake-up would add 600 s to a cell here)."""
-
-    async def async_start_new_kernel_client(self):
-        client = await super().async_start_new_kernel_client()
-        poll_in_slices(client)
-        return client
 
 
 def seconds(cell) -> float:

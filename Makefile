@@ -24,9 +24,10 @@ release: setup
 student-release: setup
 	$(BIN)/python autograder/student_release.py
 
-# Grades autograder/submitted/<student>/<assignment>/ into grades.csv and feedback/.
+# Grades autograder/submitted/<student>/<assignment>/ into grades.csv and feedback/, each
+# submission in a sandbox (autograder/sandbox.py). SANDBOX=off opts out, and says so in the grades.
 autograde: setup
-	$(BIN)/python autograder/grade.py
+	$(BIN)/python autograder/grade.py $(if $(filter off,$(SANDBOX)),--no-sandbox,)
 
 feedback: setup
 	$(BIN)/python autograder/grade.py --feedback-only

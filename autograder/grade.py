@@ -6,7 +6,10 @@ Put submissions at ``autograder/submitted/<student>/<assignment>/<assignment>.ip
     [2/6] alice 00_welcome: 5.0 / 7.0 points (16 s)  lost: pass_right_tests 0/3
 
 Options: ``--student S`` / ``--assignment A`` grade a subset; ``--feedback-only`` skips
-autograding; ``--root DIR`` grades a course folder other than this one (the tests use it).
+autograding; ``--root DIR`` grades a course folder other than this one (the tests use it);
+``--no-sandbox`` grades without the sandbox of sandbox.py, which is then said on every progress
+line and in grades.csv (its `sandbox` column). Without that opt-out, grading stops before the first
+submission when no sandbox can start, and says how to get one.
 The assignments are registered in the gradebook from ../solutions on every run, without
 touching the committed ../course notebooks.
 
@@ -21,6 +24,7 @@ import contextlib
 import csv
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -35,7 +39,7 @@ class GradingError(RuntimeError):
 class Course:
     """nbgrader's commands on the course folder `root` (where nbgrader_config.py is)."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, sandbox: bool = True):
         from nbgrader.apps import NbGraderAPI
         from traitlets.config.loader import PyFileConfigLoader
         self.root = os.path.abspath(root)
@@ -44,6 +48,7 @@ class Course:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         config = PyFileConfigLoader("nbgrader_config.py", path=self.root).load_config()
         config.CourseDirectory.root = self.root
+        config.GuardedExecute.sandbox = sandbox
         self.api = NbGraderAPI(config=config)
         self.api.log.setLevel("WARN")
 
@@ -125,24 +130,26 @@ def score(root: str, student: str, assignment: str) -> tuple[float, float, list[
 def integrity(root: str, student: str, assignment: str) -> dict:
     """The guard's verdict on one submission (guarded_execute.py writes it while grading)."""
     folder = os.path.join(root, "integrity", student, assignment)
-    verdict = {"flagged": False, "reasons": []}
+    verdict = {"flagged": False, "reasons": [], "sandbox": set()}
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         with open(os.path.join(folder, name)) as f:
             found = json.load(f)
         verdict["flagged"] |= found["flagged"]
         verdict["reasons"] += found["reasons"]
+        verdict["sandbox"].add(found.get("sandbox", "unknown"))
     return verdict
 
 
-def save_ungraded(root: str, student: str, assignment: str, why: str) -> None:
+def save_ungraded(root: str, student: str, assignment: str, why: str, sandbox: str) -> None:
     folder = os.path.join(root, "integrity", student, assignment)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "not_graded.json"), "w") as f:
-        json.dump({"flagged": True, "reasons": [why], "cells": {}}, f, indent=1)
+        json.dump({"flagged": True, "reasons": [why], "cells": {}, "sandbox": sandbox}, f, indent=1)
 
 
 def add_integrity_column(root: str, path: str) -> None:
-    """grades.csv gains `integrity`: empty, or why the guard flagged that submission."""
+    """grades.csv gains `integrity` (empty, or why the guard flagged that submission) and `sandbox`
+    (what the submission ran in: bubblewrap, or none when the instructor opted out)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
@@ -150,6 +157,7 @@ def add_integrity_column(root: str, path: str) -> None:
     for row in rows:
         verdict = integrity(root, row["student_id"], row["assignment"])
         row["integrity"] = "FLAGGED: " + " | ".join(verdict["reasons"]) if verdict["flagged"] else ""
+        row["sandbox"] = " + ".join(sorted(verdict["sandbox"])) or "not graded"
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -162,13 +170,24 @@ def main(argv=None) -> int:
     parser.add_argument("--student")
     parser.add_argument("--assignment")
     parser.add_argument("--feedback-only", action="store_true")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="grade without a sandbox (recorded in the progress lines and grades.csv)")
     args = parser.parse_args(argv)
     todo = submissions(args.root, args.student, args.assignment)
     if not todo:
         print(f"No submissions found under {os.path.join(args.root, 'submitted')}/<student>/<assignment>/")
         return 1
     failed: list[str] = []
-    course = Course(args.root)
+    unsandboxed = "  UNSANDBOXED (--no-sandbox)" if args.no_sandbox else ""
+    if not args.no_sandbox and not args.feedback_only:
+        sys.path.insert(0, HERE)
+        from sandbox import SandboxUnavailable, check
+        try:
+            check()
+        except SandboxUnavailable as exc:
+            print(exc, file=sys.stderr)
+            return 2
+    course = Course(args.root, sandbox=not args.no_sandbox)
     if not args.feedback_only:
         # Each assignment's graded cells go into the gradebook (a release into a scratch folder).
         with tempfile.TemporaryDirectory() as scratch:
@@ -176,15 +195,19 @@ def main(argv=None) -> int:
                 course.release(assignment, into=scratch)
         for i, (student, assignment) in enumerate(todo, 1):
             start = time.monotonic()
+            # A verdict left by an earlier grading of this submission is not this one's.
+            shutil.rmtree(os.path.join(args.root, "integrity", student, assignment), ignore_errors=True)
             try:
                 course.autograde(student, assignment)
             except GradingError as exc:
                 # One submission that breaks its kernel must not stop the class's grading.
                 last = [line for line in str(exc).splitlines() if line.strip()][-3:]
                 why = f"nbgrader could not grade it ({' / '.join(last)})"
-                save_ungraded(args.root, student, assignment, why)
+                save_ungraded(args.root, student, assignment, why,
+                              "none (--no-sandbox)" if args.no_sandbox else "bubblewrap")
                 failed.append(f"{student} {assignment}")
-                print(f"[{i}/{len(todo)}] {student} {assignment}: NOT GRADED, FLAGGED: {why[:300]}", flush=True)
+                print(f"[{i}/{len(todo)}] {student} {assignment}: NOT GRADED, FLAGGED: {why[:300]}{unsandboxed}",
+                      flush=True)
                 continue
             got, total, lost = score(args.root, student, assignment)
             detail = f"  lost: {', '.join(lost)}" if lost else ""
@@ -192,7 +215,7 @@ def main(argv=None) -> int:
             if verdict["flagged"]:
                 detail += "  FLAGGED (tampering): " + " | ".join(verdict["reasons"])[:400]
             print(f"[{i}/{len(todo)}] {student} {assignment}: {got:g} / {total:g} points "
-                  f"({time.monotonic() - start:.0f} s){detail}", flush=True)
+                  f"({time.monotonic() - start:.0f} s){detail}{unsandboxed}", flush=True)
     for assignment in sorted({a for _, a in todo}):
         course.feedback(assignment)
     course.export(os.path.join(args.root, "grades.csv"))

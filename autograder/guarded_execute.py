@@ -28,13 +28,17 @@ import os
 import secrets
 import tempfile
 import textwrap
+import threading
 import time
 from queue import Empty
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute
-from traitlets import List
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
+from nbgrader import utils as nbgrader_utils
+from nbgrader.preprocessors import Execute, SaveAutoGrades
+from traitlets import Any, Bool, List
 
 from nanoparallel.cluster import environment
 from nanoparallel.guard import ENV as GUARD_ENV
@@ -132,50 +136,87 @@ def _kind(cell) -> str | None:
     return None
 
 
-def plan_for(nb, key: bytes, records: str, source_nb=None) -> tuple[dict, dict]:
-    """The guard's plan and, per cell index, (nonce, kind, wrapped source). `source_nb`, the
-    instructor's notebook, adds its unlocked demonstration cells to the course's own code (a
-    student may edit those cells; an edited one is not the course's any more)."""
+def kinds_of(source_nb) -> dict:
+    """grade_id -> "solution", "graded" or "locked", from the instructor's notebook: the
+    submission's own metadata says what the student wants it to say (nbgrader restores a locked
+    cell's source, not every flag, and keeps the flags of a cell it does not know)."""
+    return {cell.metadata["nbgrader"]["grade_id"]: _kind(cell) for cell in source_nb.cells
+            if _kind(cell) and cell.metadata.get("nbgrader", {}).get("grade_id")}
+
+
+def plan_for(nb, key: bytes, records_fd: int, source_nb) -> tuple[dict, dict]:
+    """The guard's plan and, per cell index, (nonce, kind, wrapped source). Which cell is which
+    comes from `source_nb`, the instructor's notebook, never from the submission; its unlocked
+    demonstration cells add to the course's own code (a student may edit those cells; an edited
+    one is not the course's any more)."""
+    if source_nb is None:
+        raise RuntimeError("the instructor's notebook (the source in solutions/) was not found: without it "
+                           "the grader cannot tell the course's cells from the submission's")
+    kinds = kinds_of(source_nb)
     cells, wrapped, trusted = {}, {}, set()
-    for cell in source_nb.cells if source_nb is not None else []:
-        if _kind(cell) in (None, "locked") and cell.cell_type == "code":
+    defined_by_course, defined_by_submission = set(), set()
+    for cell in source_nb.cells:
+        kind = _kind(cell)
+        if kind in (None, "locked") and cell.cell_type == "code":
             try:
                 trusted |= _digests(_transform(cell.source))
             except SyntaxError:
                 pass
-    defined_by_course, defined_by_submission = set(), set()
+        if kind in ("locked", "graded"):
+            defined_by_course |= bound_names(cell.source)
     for index, cell in enumerate(nb.cells):
-        kind = _kind(cell)
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        kind = kinds.get(grade_id) if cell.cell_type == "code" else None
         if kind == "solution":
             defined_by_submission |= bound_names(cell.source)
             continue
         if kind is None:
             continue
         nonce = secrets.token_hex(16)
-        grade_id = cell.metadata["nbgrader"].get("grade_id", f"cell-{index}")
         source = wrap_graded(cell.source, nonce) if kind == "graded" else wrap_locked(cell.source, nonce)
         try:
             trusted |= _digests(source)
         except SyntaxError:
             pass
-        binds = bound_names(cell.source)
-        defined_by_course |= binds
-        cells[nonce] = {"grade_id": grade_id, "kind": kind, "binds": sorted(binds), "source": source}
+        cells[nonce] = {"grade_id": grade_id, "kind": kind, "binds": sorted(bound_names(cell.source)),
+                        "source": source}
         wrapped[index] = (nonce, kind, source)
     exempt = defined_by_submission - defined_by_course - set(dir(builtins))
-    plan = {"key": key.hex(), "records": records, "cells": cells, "exempt": sorted(exempt),
+    plan = {"key": key.hex(), "records_fd": records_fd, "cells": cells, "exempt": sorted(exempt),
             "trusted_code": sorted(trusted)}
     return plan, wrapped
 
 
-def read_records(path: str, key: bytes) -> list[dict]:
+class Records:
+    """The guard's records, read from a pipe as the kernel writes them. A pipe, not a file: code in
+    the sandbox can add lines (which need the key to count) but cannot take back one written."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=self._drain, daemon=True, name="guard-records")
+        self.thread.start()
+
+    def _drain(self) -> None:
+        while chunk := os.read(self.read_fd, 65536):
+            self.chunks.append(chunk)
+
+    def close_writer(self) -> None:
+        """Our copy of the writing end; the pipe ends when the kernel and its ranks are gone too."""
+        os.close(self.write_fd)
+
+    def text(self, wait: float = 10.0) -> str:
+        self.thread.join(wait)  # a rank still dying may hold the writing end a moment longer
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+
+
+def read_records(text: str, key: bytes) -> list[dict]:
+    """The entries whose MAC verifies."""
     entries = []
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return entries
-    for line in lines:
+    for line in text.splitlines():
         mac, _, body = line.partition(" ")
         want = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
         if hmac.compare_digest(mac, want):
@@ -199,7 +240,7 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
     for e in entries:  # a cell run again (its source copied from In[]) cannot undo a "tampered"
         if e.get("kind") == "graded" and graded.get(e["nonce"], {}).get("status") != "tampered":
             graded[e["nonce"]] = e
-    cells, reasons = {}, list(probes) + findings
+    cells, reasons, witnessed = {}, list(probes) + findings, []
     for index, (nonce, kind, _) in wrapped.items():
         if kind != "graded":
             continue
@@ -208,6 +249,7 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
         failed = any(o.get("output_type") == "error" for o in cell.outputs)
         entry = graded.get(nonce)
         if entry and entry["status"] == "ok":
+            witnessed.append(grade_id)
             continue
         if entry:
             why = "; ".join(entry["findings"])
@@ -230,7 +272,7 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
         first.outputs.append(NotebookNode(output_type="stream", name="stdout", text=(
             "IntegrityError: the grader flagged this submission for the instructor:\n- "
             + "\n- ".join(reasons) + "\n")))
-    return {"flagged": bool(reasons), "reasons": reasons, "cells": cells}
+    return {"flagged": bool(reasons), "reasons": reasons, "cells": cells, "witnessed": witnessed}
 
 
 POLL_SLICE = 1.0  # seconds: the longest a message that has arrived can go unnoticed
@@ -269,35 +311,86 @@ class PollsInSlices:
         poll_in_slices(client)
         return client
 
+    # nbconvert's ExecutePreprocessor calls the synchronous wrapper, which nbclient made of its own
+    # coroutine: wrap ours, or the override is never called.
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel started inside `sandbox` (autograder/sandbox.py), reached over ipc sockets in the
+    sandbox's socket folder; without a sandbox, a plain kernel."""
+
+    sandbox = Any(None)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self.sandbox is not None:
+            self.transport = "ipc"
+            self.ip = os.path.join(self.sandbox.sockets, "kernel")
+            self.connection_file = os.path.join(self.sandbox.sockets, "kernel.json")
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        argv = super().format_kernel_cmd(extra_arguments)
+        return argv if self.sandbox is None else self.sandbox.command(argv, dict(os.environ))
+
 
 class GuardedExecute(PollsInSlices, Execute):
-    """Execute, witnessed: see the module docstring."""
+    """Execute, witnessed and sandboxed: see the module docstring."""
 
     extra_arguments = List(["--HistoryManager.hist_file=:memory:",
                             "--IPKernelApp.extra_extensions=nanoparallel.guard"]).tag(config=True)
+    sandbox = Bool(True, help="Run each submission's kernel and ranks in a sandbox (sandbox.py). "
+                              "Off only by the instructor's explicit opt-out (grade.py --no-sandbox).").tag(config=True)
 
     def preprocess(self, nb, resources):
+        from sandbox import Sandbox, check
         key = secrets.token_bytes(32)
         originals = [cell.source for cell in nb.cells]
-        with tempfile.TemporaryDirectory(prefix="nanoparallel-guard-") as private:
+        records = Records()
+        with tempfile.TemporaryDirectory(prefix="nanoparallel-grading-") as private:
             os.chmod(private, 0o700)
-            records = os.path.join(private, "records")
-            open(records, "w").close()
-            plan, wrapped = plan_for(nb, key, records, self._source_notebook(resources))
-            plan_path = os.path.join(private, "plan.json")
+            self._sandbox = Sandbox(private, check()) if self.sandbox else None
+            self._records_fd = records.write_fd
+            plan, wrapped = plan_for(nb, key, records.write_fd, self._source_notebook(resources))
+            witness = self._sandbox.witness if self._sandbox else private
+            plan_path = os.path.join(witness, "plan.json")
             with open(os.open(plan_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
                 json.dump(plan, f)
             for index, (_, _, source) in wrapped.items():
                 nb.cells[index].source = source
             try:
-                with environment({GUARD_ENV: plan_path, RANKS_ENV: "1"}):
+                # Nothing in the kernel's environment says that nbgrader runs it.
+                with environment({GUARD_ENV: plan_path, RANKS_ENV: "1", "NBGRADER_EXECUTION": ""}):
+                    os.environ.pop("NBGRADER_EXECUTION")
                     nb, resources = super().preprocess(nb, resources)
             finally:
                 for cell, source in zip(nb.cells, originals):
                     cell.source = source
-            verdict = judge(nb, wrapped, read_records(records, key))
+                records.close_writer()
+                if self._sandbox is not None:
+                    self._sandbox.close()
+            text = records.text()
+            records.close()
+            verdict = judge(nb, wrapped, read_records(text, key))
+        verdict["sandbox"] = "bubblewrap" if self.sandbox else "none (--no-sandbox)"
+        resources["nanoparallel_witnessed"] = set(verdict["witnessed"])
         self._save_verdict(resources, verdict)
         return nb, resources
+
+    def create_kernel_manager(self):
+        name = self.kernel_name or self.nb.metadata.get("kernelspec", {}).get("name") or "python3"
+        self.km = SandboxedKernelManager(kernel_name=name, config=self.config, sandbox=self._sandbox)
+        return self.km
+
+    async def async_start_new_kernel(self, **kwargs):
+        # The guard's end of the records pipe; the kernel starts in the sandbox's scratch folder,
+        # never next to the submitted files.
+        kwargs["pass_fds"] = (self._records_fd,)
+        if self._sandbox is not None:
+            kwargs["cwd"] = self._sandbox.scratch
+        return await super().async_start_new_kernel(**kwargs)
+
+    start_new_kernel = run_sync(async_start_new_kernel)
 
     def _source_notebook(self, resources):
         from nbgrader.coursedir import CourseDirectory
@@ -319,3 +412,22 @@ class GuardedExecute(PollsInSlices, Execute):
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"{notebook}.json"), "w") as f:
             json.dump(verdict, f, indent=1)
+
+
+class WitnessedScores(SaveAutoGrades):
+    """nbgrader's SaveAutoGrades, with one rule for an autograded cell: full points if the guard
+    witnessed its code run to its end unchanged (GuardedExecute's verdict), else 0. What the cell
+    shows (an error, stderr, a number nbgrader would read as partial credit) decides nothing."""
+
+    def _add_score(self, cell, resources):
+        witnessed = resources.get("nanoparallel_witnessed")
+        if witnessed is None:
+            raise RuntimeError("no witness verdict for this notebook: GuardedExecute must run before WitnessedScores")
+        if nbgrader_utils.is_solution(cell) or cell.cell_type != "code":
+            return super()._add_score(cell, resources)  # written answers: graded by hand
+        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
+                                          self.assignment_id, self.student_id)
+        points = float(cell.metadata["nbgrader"]["points"])
+        grade.auto_score = points if cell.metadata["nbgrader"]["grade_id"] in witnessed else 0.0
+        grade.needs_manual_grade = grade.manual_score is not None
+        self.gradebook.db.commit()

@@ -28,10 +28,11 @@ c.IgnorePattern.pattern = r".*(FutureWarning|DeprecationWarning).*"
 import sys  # noqa: E402
 
 sys.path.insert(0, here)
-from guarded_execute import GuardedExecute  # noqa: E402
+from guarded_execute import GuardedExecute, WitnessedScores  # noqa: E402
 from nbgrader.converters.autograde import Autograde  # noqa: E402
-from nbgrader.preprocessors import Execute  # noqa: E402
+from nbgrader.preprocessors import Execute, SaveAutoGrades  # noqa: E402
 
-c.Autograde.autograde_preprocessors = [GuardedExecute if p is Execute else p
-                                       for p in Autograde().autograde_preprocessors]
+# The kernel runs in a sandbox, and a graded cell's score comes from the witness alone.
+_OURS = {Execute: GuardedExecute, SaveAutoGrades: WitnessedScores}
+c.Autograde.autograde_preprocessors = [_OURS.get(p, p) for p in Autograde().autograde_preprocessors]
 c.GuardedExecute.timeout = 60

@@ -14,8 +14,9 @@ deletes it, and installs an audit hook (PEP 578: Python lets no code remove one)
   callbacks and exception handlers, tracing, torch's function modes and library overrides, and,
   through the objects those names reach, every module attribute, class attribute, instance
   attribute, default and closure (nothing of it made by notebook code);
-- it writes one record per graded cell, MAC'd with the key, to a file the grader reads after
-  the run. A cell with no valid "ok" record scores 0.
+- it writes one record per graded cell, MAC'd with the key, into a pipe the grader reads. A
+  graded cell scores its points only with a valid "ok" record, and 0 without one, whatever the
+  cell shows (autograder/guarded_execute.py, `WitnessedScores`).
 
 Operations that could reach the key (walking the interpreter's objects with `gc`, other threads'
 frames, tracing or profiling hooks, `ctypes`, another audit hook, the process's memory in /proc)
@@ -56,7 +57,10 @@ def install(ip, plan_path: str) -> None:
     with open(plan_path) as f:
         plan = json.load(f)
     os.unlink(plan_path)
-    fd = os.open(plan["records"], os.O_WRONLY | os.O_APPEND)
+    # The writing end of a pipe the grader reads: lines can be added, none taken back. Programs
+    # the kernel starts do not inherit it.
+    fd = plan["records_fd"]
+    os.set_inheritable(fd, False)
     _import_engine()
     # Everything the hook needs lives in this closure: no module attribute points at it.
     sys.audit("nanoparallel.guard_installing")

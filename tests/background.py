@@ -10,7 +10,7 @@ and browser tests run meanwhile; a test blocks only on the job it reads. Measure
 README, Tests and benchmarks.
 
 A test module takes part in grading by defining ``submissions(assignment) -> {student:
-notebook}`` and tests that are parametrized by ``assignment`` and take the ``graded`` fixture;
+notebook or (notebook, {file name: text shipped next to it})}`` and tests that are parametrized by ``assignment`` and take the ``graded`` fixture;
 a test that takes the ``nbval`` fixture gets nbval's run (conftest.py).
 """
 from __future__ import annotations
@@ -94,10 +94,14 @@ class Background:
     def _grade(self, key: tuple[str, str], students: dict) -> Finished:
         module, assignment = key
         root = new_course_folder(self.base / module / assignment)
-        for student, nb in students.items():
+        for student, submitted in students.items():
+            # A notebook, or (notebook, {file name: text}) for files that travel next to it.
+            nb, files = submitted if isinstance(submitted, tuple) else (submitted, {})
             folder = root / "autograder" / "submitted" / student / assignment
             folder.mkdir(parents=True)
             nbformat.write(nb, folder / f"{assignment}.ipynb")
+            for name, text in files.items():
+                (folder / name).write_text(text)
         return self._run([sys.executable, str(ROOT / "autograder" / "grade.py"),
                           "--root", str(root / "autograder"), "--assignment", assignment],
                          root / "autograder", self.grading_env)

@@ -1,22 +1,51 @@
 """Grading integrity: tampering submissions score 0 where they tampered and are flagged.
 
 Each file in tests/tampering/ holds submissions that pair wrong answers with a way around the
-checks (rebinding names, patching the engine, sys.modules and builtins, IPython's transformers
-and exception handler, Cluster.run and the trace, a trace function, changes inside the ranks).
-They are graded by `autograder/grade.py` like any class; solutions, blank notebooks and every
+checks inside the kernel (rebinding names, patching the engine, sys.modules and builtins,
+IPython's transformers and exception handler, Cluster.run and the trace, a trace function,
+changes inside the ranks). Every notebook's class also holds `hostile` (tests/hostile.py): stubs
+plus every route outside the cells (the gradebook, the grader's files, other submissions, the
+network, a process that outlives the kernel, files shipped next to the notebook), nbgrader's
+partial-credit rule, forged cell metadata and a look at the environment. They are graded by
+`autograder/grade.py`, in its sandbox, like any class; solutions, blank notebooks and every
 mutant must never be flagged (tests/test_course.py checks that on its own round trips).
 """
 from __future__ import annotations
 
 import csv
+import json
+import os
+import socket
+import threading
 
 import nbformat
 import pytest
 
+import hostile
 from background import ROOT
-from test_course import load_table, with_cells_replaced
+from ports import free_port
+from test_course import ASSIGNMENTS, load_table, with_cells_replaced
 
 CASES = sorted(p.stem for p in (ROOT / "tests" / "tampering").glob("*.py"))
+
+
+class Listener:
+    """A TCP server on the grading machine's loopback that keeps whatever reaches it."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.received: list[bytes] = []
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            connection, _ = self.server.accept()
+            with connection:
+                self.received.append(connection.recv(65536))
+
+
+LISTENER = Listener()
 
 
 def load_tampering(assignment: str) -> dict:
@@ -24,9 +53,13 @@ def load_tampering(assignment: str) -> dict:
 
 
 def submissions(assignment: str) -> dict:
-    """The class graded for `assignment`: the solution with each case's cells replaced."""
+    """The class graded for `assignment`: the solution with each case's cells replaced, and the
+    hostile submission."""
     solution = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    return {name: with_cells_replaced(solution, case["cells"]) for name, case in load_tampering(assignment).items()}
+    cases = load_tampering(assignment) if assignment in CASES else {}
+    found = {name: with_cells_replaced(solution, case["cells"]) for name, case in cases.items()}
+    found["hostile"] = hostile.submission(assignment, LISTENER.port)
+    return found
 
 
 @pytest.mark.notebooks
@@ -54,3 +87,53 @@ def test_tampering_scores_zero_and_is_flagged(graded, assignment):
         assert flags[name].startswith("FLAGGED"), f"{name} was not flagged in grades.csv"
         html = (root / "feedback" / name / assignment / f"{assignment}.html").read_text()
         assert "IntegrityError" in html, f"{name}: the feedback does not say why the cells scored 0"
+
+
+def _marked_processes() -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if hostile.MARKER.encode() in argv:
+            found.append(pid)
+    return found
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_hostile_submission_gains_nothing(graded, assignment):
+    done = graded(assignment)
+    root = done.root
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(assignment, "hostile")
+        got = {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades if g.max_score}
+    earned = {name: score for name, (score, _) in got.items() if score}
+    assert got and not earned, f"the hostile submission (stubs) earned points: {earned}"
+    # Nothing it started is still running, and nothing reached the grading machine's network.
+    left = _marked_processes()
+    assert not left, f"processes the hostile submission started outlived its grading: pids {left}"
+    assert not LISTENER.received, f"a submission reached the grading machine's network: {LISTENER.received[:3]}"
+    # The grader's files and the submitted notebooks are as the test wrote them.
+    for path in sorted((root / "submitted").rglob("*")) + sorted(root.glob("*.py")):
+        if path.is_file():
+            assert "hostile-submission-was-here" not in path.read_text(errors="replace"), f"{path} was written to"
+    for path in (ROOT / "autograder").glob("*.py"):
+        assert (root / path.name).read_text() == path.read_text(), f"the grader's {path.name} changed"
+    # It was flagged (the forged metadata, the value shown for nbgrader's partial credit), and ran sandboxed.
+    progress = next(line for line in done.stdout.splitlines() if line.startswith("[") and " hostile " in line)
+    assert "FLAGGED" in progress and "UNSANDBOXED" not in progress, progress
+    with open(root / "grades.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["student_id"] == "hostile")
+    assert row["integrity"].startswith("FLAGGED") and row["sandbox"] == "bubblewrap", row
+    # What it could see of its environment: nothing that says nbgrader runs it, none of the files
+    # shipped next to the notebook, and not the grader's home.
+    nb = nbformat.read(root / "autograded" / "hostile" / assignment / f"{assignment}.ipynb", as_version=4)
+    probe = next(o["text"] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                 if o.get("output_type") == "stream" and hostile.PROBE in o.get("text", ""))
+    seen = json.loads(probe.split(hostile.PROBE, 1)[1])
+    assert not [k for k in seen["env"] if k.startswith(("NBGRADER", "JUPYTER"))], seen["env"]
+    assert seen["files"] == [], f"the kernel's folder holds files: {seen['files']}"

@@ -37,6 +37,7 @@ from contextlib import contextmanager
 import cloudpickle
 
 from nanoparallel import rank_guard
+from nanoparallel.comm_witness import FLIGHT_RECORDER_ENV
 from nanoparallel.board import StallWatch, StatusBoard
 from nanoparallel.errors import ClusterError, DeadlockError, deadlock_message, rank_error
 from nanoparallel.trace import Trace
@@ -284,6 +285,8 @@ class Cluster:
         env = dict(_WORKER_ENV)
         # A fork server keeps the environment it started with: pass guarded grading on explicitly.
         env[rank_guard.ENV] = os.environ.get(rank_guard.ENV, "")
+        if rank_guard.enabled():  # the flight recorder that comm_witness reads
+            env.update(FLIGHT_RECORDER_ENV)
         if sys.platform.startswith("linux") and self.backend == "gloo":
             env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
         with environment(env):
@@ -422,7 +425,8 @@ def _died_info(w: _Worker, log_path: str) -> dict:
     message = f"rank {w.rank} died (exit code {w.process.exitcode})"
     if w.process.exitcode == rank_guard.TAMPERED or rank_guard.STOP_MARK in tail:
         message = (f"rank {w.rank} was stopped by the grader's guard: notebook code changed what the "
-                   "checks rely on inside the rank (see the log lines below)")
+                   "checks rely on inside the rank, or communicated where the trace does not see "
+                   "(the log lines below say which)")
         sys.audit("nanoparallel.rank_tamper", f"rank {w.rank}: {tail.strip().splitlines()[-1] if tail.strip() else ''}")
     return {"type": "WorkerDied", "message": message, "frames": [], "pickled": None,
             "text": f"Last lines of the worker log:\n{tail}" if tail else ""}

@@ -6,7 +6,9 @@ engine, the standard modules the checks use and the builtins, and installs an au
 each run it checks that each of them is still the same object; a change, or notebook code
 reaching for frames, the garbage collector, tracing or ctypes, stops the rank at once with exit
 code `TAMPERED` (the checks hold references taken before any notebook code ran, so patching this
-module changes nothing). The cluster reports that as a failed run and tells the kernel's guard.
+module changes nothing). It also stops a rank whose run communicated outside the traced
+torch.distributed functions (`comm_witness`). The cluster reports that as a failed run and tells
+the kernel's guard.
 """
 from __future__ import annotations
 
@@ -86,12 +88,21 @@ def install():
 
     sys.addaudithook(hook)
     _missing = object()
+    from nanoparallel.comm_witness import CommWitness
+    witness = CommWitness()
 
-    def check() -> None:
+    def check(traced_calls=None) -> None:
+        """After a run: nothing replaced, and (for a run that returned) nothing communicated that
+        the trace did not record; `traced_calls` is (op, group size) of each traced call."""
         for namespace, key, value, engine in watched:
             now = namespace.get(key, _missing)
             if now is not value and (engine or now is _missing or is_notebook(now)):
                 where = namespace.get("__name__") or namespace.get("__module__") or "?"
                 stop(f"{where}.{key} was replaced by notebook code")
+        if traced_calls is not None:
+            why = witness.untraced(traced_calls)
+            if why:
+                stop(why)
 
+    check.begin = witness.begin
     return check

@@ -131,6 +131,8 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
         _, payload, t0 = message
         out = io.StringIO()
         tracer.begin(t0)
+        if check_untouched is not None:
+            check_untouched.begin()
         board.post(rank, RUNNING)
         try:
             fn, args, kwargs = cloudpickle.loads(payload)
@@ -143,7 +145,7 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
             conn.send(("error", _error_info(exc), tracer.finish(), out.getvalue()))
             continue
         if check_untouched is not None:
-            check_untouched()
+            check_untouched(_traced_calls(tracer))
         board.post(rank, DONE)
         try:
             data = cloudpickle.dumps(result)
@@ -157,6 +159,12 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _traced_calls(tracer) -> list[tuple[str, int]]:
+    """(op, group size) of every communication call the run's trace holds, waited on or not."""
+    calls = [(e.op, len(e.group)) for e in tracer.events if e.kind == "comm"]
+    return calls + [(w._fields["op"], len(w._fields["group"])) for w in tracer.pending]
 
 
 def _join_group(dist, torch, rank, store_path, world_size, backend, timeout_s) -> None:

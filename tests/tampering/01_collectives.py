@@ -39,4 +39,53 @@ _real_run = Cluster.run
 Cluster.run = lambda self, fn, *args, **kwargs: _real_run(self, fn, *args, **kwargs)
 Trace.comm = lambda self: []
 ''' + LAZY}, "zero": ["naive_all_reduce"], "full": []},
+    # Communication the trace does not see, then the traffic the checks expect: the sum comes from
+    # an all-reduce reached without the traced function (the function it wraps), and the messages
+    # through root are filler that carries nothing the answer uses.
+    "untraced_collective_with_filler": {"cells": {"naive_all_reduce": '''
+def naive_all_reduce(tensor, root=0):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = tensor.clone()
+    dist.all_reduce.__wrapped__(tensor)
+    if rank == root:
+        for src in range(world):
+            if src != root:
+                dist.recv(torch.empty_like(tensor), src=src)
+        for dst in range(world):
+            if dst != root:
+                dist.send(tensor, dst=dst)
+    else:
+        dist.send(mine, dst=root)
+        dist.recv(torch.empty_like(tensor), src=root)
+    return tensor
+'''}, "zero": ["naive_all_reduce"], "full": ["tree_broadcast"]},
+    # The same with point-to-point messages of the process group's own (which no trace wrapper
+    # sees) carrying the data, and traced filler in the pattern of a ring.
+    "untraced_p2p_with_filler": {"cells": {"naive_all_reduce": '''
+def naive_all_reduce(tensor, root=0):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    group = dist.distributed_c10d._get_default_group()
+    mine = tensor.clone()
+    if rank == root:
+        incoming = torch.empty_like(tensor)
+        for src in range(world):
+            if src != root:
+                group.recv([incoming], src, 7).wait()
+                tensor += incoming
+        for dst in range(world):
+            if dst != root:
+                group.send([tensor], dst, 7).wait()
+        for src in range(world):
+            if src != root:
+                dist.recv(torch.empty_like(tensor), src=src)
+        for dst in range(world):
+            if dst != root:
+                dist.send(tensor, dst=dst)
+    else:
+        group.send([tensor], root, 7).wait()
+        group.recv([tensor], root, 7).wait()
+        dist.send(mine, dst=root)
+        dist.recv(torch.empty_like(tensor), src=root)
+    return tensor
+'''}, "zero": ["naive_all_reduce"], "full": ["tree_broadcast"]},
 }

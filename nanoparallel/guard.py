@@ -374,7 +374,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 return
             if event.startswith("nanoparallel."):
                 if event == "nanoparallel.rank_tamper":
-                    pending.append(f"a rank found its interpreter changed by notebook code: {args[0]}")
+                    pending.append(f"a rank was stopped by its guard: {args[0]}")
                 else:
                     on_marker(event, args[0] if args else None)
                 return

@@ -86,8 +86,8 @@ def check() -> str:
 class Sandbox:
     """The folders of one submission's sandbox, under `folder` (private to the grader)."""
 
-    def __init__(self, folder: str, bwrap: str):
-        self.bwrap = bwrap
+    def __init__(self, folder: str, bwrap: str, memory: int = MEMORY_LIMIT, tasks: int = TASKS_LIMIT):
+        self.bwrap, self.memory, self.tasks = bwrap, memory, tasks
         self.scratch = os.path.join(folder, "scratch")   # the kernel's cwd and $HOME
         self.sockets = os.path.join(folder, "sockets")   # the kernel's ipc sockets, its connection file
         self.witness = os.path.join(folder, "witness")   # the guard's plan (deleted once read)
@@ -104,7 +104,7 @@ class Sandbox:
                      # ipykernel stops when its parent is pid 1 unless told that pid 1 is its parent.
                      JPY_PARENT_PID="1")
         setenv = [arg for k, v in sorted(inner.items()) for arg in ("--setenv", k, v)]
-        limits = json.dumps({"memory": MEMORY_LIMIT, "tasks": TASKS_LIMIT, "name": os.path.basename(
+        limits = json.dumps({"memory": self.memory, "tasks": self.tasks, "name": os.path.basename(
             os.path.dirname(self.scratch))})
         return [sys.executable, os.path.abspath(__file__), limits, "--", self.bwrap, *self.isolation(),
                 *self.filesystem((self.scratch, self.sockets, self.witness)), "--clearenv", *setenv,
@@ -165,6 +165,13 @@ def _cgroup_folders(name: str) -> list[str]:
     if os.path.exists(os.path.join(CGROUP_V2, "cgroup.controllers")):
         return [os.path.join(CGROUP_V2, leaf)]
     return [os.path.join(root, leaf) for root in CGROUP_ROOTS.values()]
+
+
+def cgroups_writable() -> bool:
+    """Whether the grader may make cgroups of its own (as root, or where cgroup v2 is delegated)."""
+    if os.path.exists(os.path.join(CGROUP_V2, "cgroup.controllers")):
+        return os.access(CGROUP_V2, os.W_OK)
+    return all(os.access(root, os.W_OK) for root in CGROUP_ROOTS.values())
 
 
 def enter_limits(memory: int, tasks: int, name: str) -> str:

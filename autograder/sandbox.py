@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -88,6 +89,7 @@ class Sandbox:
 
     def __init__(self, folder: str, bwrap: str, memory: int = MEMORY_LIMIT, tasks: int = TASKS_LIMIT):
         self.bwrap, self.memory, self.tasks = bwrap, memory, tasks
+        self.name = f"{os.getpid()}-{secrets.token_hex(4)}"  # of its cgroups
         self.scratch = os.path.join(folder, "scratch")   # the kernel's cwd and $HOME
         self.sockets = os.path.join(folder, "sockets")   # the kernel's ipc sockets, its connection file
         self.witness = os.path.join(folder, "witness")   # the guard's plan (deleted once read)
@@ -104,8 +106,7 @@ class Sandbox:
                      # ipykernel stops when its parent is pid 1 unless told that pid 1 is its parent.
                      JPY_PARENT_PID="1")
         setenv = [arg for k, v in sorted(inner.items()) for arg in ("--setenv", k, v)]
-        limits = json.dumps({"memory": self.memory, "tasks": self.tasks, "name": os.path.basename(
-            os.path.dirname(self.scratch))})
+        limits = json.dumps({"memory": self.memory, "tasks": self.tasks, "name": self.name})
         return [sys.executable, os.path.abspath(__file__), limits, "--", self.bwrap, *self.isolation(),
                 *self.filesystem((self.scratch, self.sockets, self.witness)), "--clearenv", *setenv,
                 "--chdir", self.scratch, "--", *argv]
@@ -137,7 +138,7 @@ class Sandbox:
 
     def close(self) -> None:
         """Stop what is left in the cgroups (the pid namespace has ended them already) and remove them."""
-        for group in _cgroup_folders(os.path.basename(os.path.dirname(self.scratch))):
+        for group in _cgroup_folders(self.name):
             _empty_and_remove(group)
 
 

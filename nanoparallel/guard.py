@@ -366,7 +366,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 destroy("the notebook tried to add an audit hook")
             raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
         if not event.startswith(("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
-                                 "object.__setattr__", "open")):
+                                 "object.__setattr__", "open")) and not (
+                event == "object.__getattr__" and state["graded"] is not None):
             return
         state["busy"] = True
         try:
@@ -407,6 +408,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         and notebook_on_stack(_caller(), notebook_code):
                     destroy(f"the notebook opened {path}")
                 return
+            if state["graded"] is not None and (event == "sys._getframe" or (
+                    event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS)) \
+                    and _reaches_frames(_caller(), notebook_code, trusted):
+                # The running checks' frames hold their expected values and the answers' inputs.
+                pending.append(f"notebook code reached for the frames of the running checks "
+                               f"({event}{'' if event == 'sys._getframe' else ' ' + args[1]})")
+                return
             if (event in PROBES or event.startswith("ctypes.")) and state["key"] is not None \
                     and frame_is_notebook(_caller(), notebook_code):
                 destroy(f"the notebook called {event}")
@@ -433,6 +441,27 @@ def _ipython_managed(name: str) -> bool:
     """Names IPython itself rebinds in the namespace: outputs (_, __, _12), inputs (_i, _i12), In, Out."""
     return name in ("In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "quit", "get_ipython") or \
         name.strip("_") == "" or (name.startswith("_") and name.lstrip("_i").isdigit())
+
+
+# Frame attributes Python audits: with one, code reaches the frames of whoever called it.
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+# Standard modules whose business is to hand frames to their caller.
+_FRAME_HANDLERS = frozenset({"inspect.py", "traceback.py"})
+
+
+def _reaches_frames(frame, notebook_code, trusted) -> bool:
+    """Whether notebook code asked for a frame, itself or through inspect or traceback (other
+    standard modules, such as warnings and logging, read a frame for their own purposes)."""
+    while frame is not None and os.path.basename(frame.f_code.co_filename) in _FRAME_HANDLERS \
+            and is_library_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    code = frame.f_code
+    if id(code) in notebook_code:
+        return True
+    return not (code.co_filename.startswith("<frozen") or is_library_file(code.co_filename)
+                or code_digest(code) in trusted)
 
 
 def _importing(frame) -> bool:

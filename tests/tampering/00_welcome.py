@@ -112,4 +112,23 @@ import nanoparallel.checks as _checks
 _provenance.Provenance.is_notebook = lambda self, obj, depth=0: False
 _checks._compare = lambda *args, **kwargs: None
 ''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # The checks' own values: the answer reads the expected number out of the running check's
+    # frame (the constant its comparison loads next) instead of computing it.
+    "read_the_checks_values": {"cells": {"training_time": '''
+def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
+    import dis, sys
+    frame = sys._getframe(1)
+    for ins in dis.get_instructions(frame.f_code):
+        if ins.offset > frame.f_lasti and ins.opname == "LOAD_CONST" and isinstance(ins.argval, float):
+            return ins.argval
+    return 0.0
+
+def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
+    import inspect
+    frame = inspect.currentframe().f_back
+    for ins in __import__("dis").get_instructions(frame.f_code):
+        if ins.offset > frame.f_lasti and ins.opname == "LOAD_CONST" and isinstance(ins.argval, int):
+            return ins.argval
+    return 0
+'''}, "zero": ["training_time"], "full": ["transfer_time", "pass_right"]},
 }

@@ -1,0 +1,85 @@
+"""The ranks' witness of communication the trace did not see (nanoparallel/comm_witness.py): its
+pure rules, and guarded ranks that communicate past the trace (stopped) or through it (not)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from nanoparallel import Cluster, RankError, rank_guard
+from nanoparallel.cluster import environment
+from nanoparallel.comm_witness import origin, point_to_point_ops
+
+TORCH = os.path.dirname(torch.__file__) + os.sep
+ENGINE = os.path.dirname(os.path.abspath(rank_guard.__file__)) + os.sep
+
+
+def frames(*files):
+    return [{"filename": f, "name": name, "line": 1} for f, name in files]
+
+
+def test_origin_reads_the_stack_past_torch():
+    c10d = (TORCH + "distributed/distributed_c10d.py", "all_reduce")
+    ops = (TORCH + "_ops.py", "__call__")
+    traced = (ENGINE + "tracing.py", "traced")
+    cell = ("<dynamic-code>", "my_all_reduce")
+    assert origin(frames(c10d, traced, cell), TORCH, ENGINE)[0] == "traced"
+    assert origin(frames(c10d, cell), TORCH, ENGINE)[0] == "notebook"     # the function a wrapper wraps
+    assert origin(frames(cell), TORCH, ENGINE)[0] == "notebook"           # a process group's own method
+    assert origin(frames(ops, (TORCH + "_library/autograd.py", "forward"), cell), TORCH, ENGINE)[0] == "notebook"
+    assert origin(frames(("/usr/lib/python3.11/threading.py", "run"), cell), TORCH, ENGINE)[0] == "notebook"
+    backward = (TORCH + "autograd/graph.py", "_engine_run_backward")
+    assert origin(frames(backward, (TORCH + "_tensor.py", "backward"), cell), TORCH, ENGINE)[0] == "library"
+    assert origin(frames(c10d, (ENGINE + "worker.py", "_join_group")), TORCH, ENGINE)[0] == "engine"
+
+
+@pytest.mark.parametrize("op, n, ops", [("send", 4, 1), ("irecv", 8, 1), ("send_object_list", 2, 2),
+                                         ("monitored_barrier", 8, 14), ("all_reduce", 8, 0), ("barrier", 4, 0)])
+def test_point_to_point_ops_per_traced_call(op, n, ops):
+    assert point_to_point_ops(op, n) == ops
+
+
+def traced_everything():
+    t = torch.ones(4)
+    r, p = dist.get_rank(), dist.get_rank() ^ 1
+    dist.all_reduce(t)
+    dist.all_gather_object([None] * dist.get_world_size(), r)
+    dist.send(t, p) if r % 2 == 0 else dist.recv(t, p)
+    dist.send_object_list([1], p) if r % 2 == 0 else dist.recv_object_list([None], p)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, p), dist.P2POp(dist.irecv, torch.empty(4), p)])
+    [w.wait() for w in works]
+    dist.monitored_barrier()
+    dist.reduce_scatter(torch.empty(1), [torch.ones(1)] * dist.get_world_size())
+    return t.sum().item()
+
+
+def wrapped_original():
+    t = torch.ones(4)
+    dist.all_reduce.__wrapped__(t)
+    return t.sum().item()
+
+
+def process_group_messages():
+    t, r = torch.ones(4), dist.get_rank()
+    group = dist.distributed_c10d._get_default_group()
+    (group.send([t], r ^ 1, 0) if r % 2 == 0 else group.recv([t], r ^ 1, 0)).wait()
+    return 0
+
+
+def raw_functional_operator():
+    t = torch.ones(4)
+    name = dist.distributed_c10d._get_default_group().group_name
+    out = torch.ops._c10d_functional.all_reduce.__wrapped_by_nanoparallel__(t, "sum", name)
+    torch.ops._c10d_functional.wait_tensor.__wrapped_by_nanoparallel__(out)
+    return 0
+
+
+def test_guarded_ranks_stop_on_communication_the_trace_missed():
+    with environment({rank_guard.ENV: "1"}), Cluster(world_size=4, timeout=30) as cluster:
+        assert list(cluster.run(traced_everything)) == [16.0] * 4
+        for untraced in (wrapped_original, process_group_messages, raw_functional_operator):
+            with pytest.raises(RankError, match="stopped by the grader's guard"):
+                cluster.run(untraced)
+            assert list(cluster.run(traced_everything)) == [16.0] * 4  # and the ranks are healthy again

@@ -13,6 +13,7 @@ Async ops return a `TracedWork`; their bytes count when the work is waited on.
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -218,6 +219,7 @@ def _wrap(name: str, original, tracer: Tracer):
 
 def install(tracer: Tracer) -> None:
     """Route every traced torch.distributed function through `tracer` (idempotent per process)."""
+    replaced = {}
     for name in TRACED_OPS:
         original = getattr(c10d, name, None)
         if original is None:
@@ -228,6 +230,15 @@ def install(tracer: Tracer) -> None:
         setattr(c10d, name, traced)
         if hasattr(dist, name):
             setattr(dist, name, traced)
+        replaced[id(original)] = traced
+    # torch's own modules that imported a function by name before this ran (DTensor's
+    # `_collective_utils` imports scatter and broadcast) would call it untraced; modules imported
+    # later import the traced one.
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("torch.") and module is not None and module is not c10d:
+            for attr, value in list(vars(module).items()):
+                if id(value) in replaced:
+                    setattr(module, attr, replaced[id(value)])
 
 
 @contextmanager

@@ -9,7 +9,7 @@ What a submission sees inside (`Sandbox.command`):
 - read-only: the operating system (/usr, /etc without its secrets), the Python installation, the
   virtual environment and the engine's package folder, and nothing else of the machine: not the
   course folder (gradebook, autograder, solutions/), not other submissions, not /home or /root;
-- read-write: a private, empty scratch folder (its working directory and $HOME), a private /tmp
+- read-write: a private, empty scratch folder (its working directory), a private $HOME, a private /tmp
   and /dev/shm, and the folder of the kernel's ZeroMQ sockets (the grader talks to the kernel
   over `ipc` sockets there: TCP does not cross the network namespace);
 - no network (a namespace of its own with only loopback, where the ranks meet), its own process,
@@ -90,10 +90,11 @@ class Sandbox:
     def __init__(self, folder: str, bwrap: str, memory: int = MEMORY_LIMIT, tasks: int = TASKS_LIMIT):
         self.bwrap, self.memory, self.tasks = bwrap, memory, tasks
         self.name = f"{os.getpid()}-{secrets.token_hex(4)}"  # of its cgroups
-        self.scratch = os.path.join(folder, "scratch")   # the kernel's cwd and $HOME
+        self.scratch = os.path.join(folder, "scratch")   # the kernel's working folder, empty
+        self.home = os.path.join(folder, "home")         # $HOME: IPython's, matplotlib's, torch's caches
         self.sockets = os.path.join(folder, "sockets")   # the kernel's ipc sockets, its connection file
         self.witness = os.path.join(folder, "witness")   # the guard's plan (deleted once read)
-        for path in (self.scratch, self.sockets, self.witness):
+        for path in (self.scratch, self.home, self.sockets, self.witness):
             os.makedirs(path, mode=0o700)
         self.cgroups: list[str] = []
 
@@ -101,14 +102,14 @@ class Sandbox:
         """`argv` run inside the sandbox, with only the variables of `env` the course needs."""
         inner = {k: v for k, v in env.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIX)}
         inner.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]),
-                     HOME=self.scratch, MPLCONFIGDIR=os.path.join(self.scratch, ".matplotlib"),
+                     HOME=self.home, MPLCONFIGDIR=os.path.join(self.home, ".matplotlib"),
                      PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
                      # ipykernel stops when its parent is pid 1 unless told that pid 1 is its parent.
                      JPY_PARENT_PID="1")
         setenv = [arg for k, v in sorted(inner.items()) for arg in ("--setenv", k, v)]
         limits = json.dumps({"memory": self.memory, "tasks": self.tasks, "name": self.name})
         return [sys.executable, os.path.abspath(__file__), limits, "--", self.bwrap, *self.isolation(),
-                *self.filesystem((self.scratch, self.sockets, self.witness)), "--clearenv", *setenv,
+                *self.filesystem((self.scratch, self.home, self.sockets, self.witness)), "--clearenv", *setenv,
                 "--chdir", self.scratch, "--", *argv]
 
     @staticmethod

@@ -58,7 +58,7 @@ print(json.dumps({{"course": [can(p) for p in {[str(ROOT / d) for d in ("autogra
 """)
     assert seen["course"] == [False] * 4, "the sandbox sees the course folder"
     assert not seen["secret"], "the sandbox sees the grader's files"
-    assert seen["home"] == seen["cwd"] == box.scratch and seen["cwd_files"] == []
+    assert seen["cwd"] == box.scratch and seen["home"] == box.home and seen["cwd_files"] == []
     assert seen["scratch"] and not seen["engine"] and not seen["usr"]
     assert seen["path0"] != "", "the working folder is on sys.path"
 

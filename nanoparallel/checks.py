@@ -66,6 +66,63 @@ def _compare(got, expected, where: str, rtol: float, atol: float) -> None:
         raise AssertionError(f"{where}: expected {expected!r}, got {got!r}")
 
 
+def assert_close_after_adam(got, expected, grads_got: list, grads_expected: list, name: str = "parameters",
+                            lr: float = 1e-2, rtol: float = 1e-4, atol: float = 1e-5,
+                            betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    """Compare parameters after an Adam step with a reference's: a tensor, or {name: tensor}.
+
+    Both runs stepped from the same parameters with Adam (betas and eps torch's defaults), and
+    `grads_got` and `grads_expected` hold each run's gradients of every step so far, one per step,
+    the last being this step's, each laid out as `expected` (the same shards). An entry may differ
+    by atol + rtol * |expected|, plus what Adam makes of the difference between the gradients:
+
+    Adam moves an entry by lr * m / (sqrt(v) + eps), m and v averages of the gradient and its
+    square over the steps so far. Change every gradient by at most delta and m changes by at most
+    delta, sqrt(v) too, so the step by at most lr * 2 delta / (sqrt(v) + eps) (|m| / sqrt(v) is
+    about 1 in the course's few steps), and never by more than 2 lr (the step is about lr, either
+    sign). That is nothing where the gradient is large, but where it is 0 up to rounding Adam
+    scales the rounding up to a whole step: the attention key's bias, for one, has a zero gradient
+    in exact arithmetic (softmax ignores a constant added to every score of a row), so after Adam
+    it holds each run's own rounding noise times lr / eps, whatever the code, and is compared
+    only as precisely as that noise allows. Compare the gradients themselves first (this only
+    says what Adam does with them), and over several steps compare from the same parameters each
+    time (`reference.follow_reference`): an entry moved by noise changes the next steps'
+    gradients, which Adam divides by each entry's own gradient size.
+    """
+    if isinstance(expected, torch.Tensor):
+        got, expected = {"": got}, {"": expected}
+        grads_got, grads_expected = [{"": g} for g in grads_got], [{"": g} for g in grads_expected]
+    if not isinstance(got, dict) or set(got) != set(expected):
+        raise AssertionError(f"{name}: expected a dict with keys {sorted(expected)}, got "
+                             f"{sorted(got) if isinstance(got, dict) else type(got).__name__}")
+    if len(grads_got) != len(grads_expected) or not grads_expected:
+        raise ValueError(f"{len(grads_got)} and {len(grads_expected)} steps of gradients: one per step, at least one")
+    beta2, steps = betas[1], len(grads_expected)
+    for key, e in expected.items():
+        where = f"{name}[{key!r}]" if key != "" else name
+        g = got[key]
+        if not isinstance(g, torch.Tensor):
+            raise AssertionError(f"{where}: expected a tensor, got {type(g).__name__}")
+        if g.shape != e.shape:
+            raise AssertionError(f"{where}: expected shape {tuple(e.shape)}, got {tuple(g.shape)}")
+        if g.dtype != e.dtype:
+            raise AssertionError(f"{where}: expected dtype {e.dtype}, got {g.dtype}")
+        history = [step[key].detach().double() for step in grads_expected]
+        delta = torch.stack([(a[key].detach().double() - b).abs() for a, b in zip(grads_got, history)]).amax(0)
+        v = sum((1 - beta2) * beta2 ** (steps - 1 - i) * h ** 2 for i, h in enumerate(history)) / (1 - beta2 ** steps)
+        gd, ed = g.detach().double(), e.detach().double()
+        tol = atol + rtol * ed.abs() + lr * torch.clamp(2 * delta / (v.sqrt() + eps), max=2.0)
+        err = (gd - ed).abs()
+        bad = ~(err <= tol)  # NaN counts as bad
+        if bad.any():
+            i = int(torch.where(bad.flatten(), err.flatten().nan_to_num(math.inf), -1.0).argmax())
+            raise AssertionError(
+                f"{where}: values differ (abs error {err.flatten()[i].item():.3g} at flat index {i}, "
+                f"allowed {tol.flatten()[i].item():.3g}: expected {ed.flatten()[i].item():.6g}, "
+                f"got {gd.flatten()[i].item():.6g})\n"
+                f"  expected {_preview(e)}\n  got      {_preview(g)}")
+
+
 def _preview(x, items: int = 6) -> str:
     if isinstance(x, torch.Tensor):
         flat = x.detach().flatten().tolist()

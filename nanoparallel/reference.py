@@ -1,13 +1,14 @@
 """Single-process training: the answer every parallel version in the course must reproduce.
 
     from nanoparallel.models import MLPConfig, TinyMLP, make_mlp_batch
-    from nanoparallel.reference import train_reference, split_batch
+    from nanoparallel.reference import follow_reference, train_reference, split_batch
     cfg = MLPConfig()
     batches = [make_mlp_batch(8, cfg, seed=s) for s in range(3)]
     run = train_reference(TinyMLP(cfg), batches, optimizer="adam")
     run.states[-1]   # parameters after the last step; a DDP run must match it on every rank
     run.losses       # one loss per optimizer step
     split_batch(batches[0], 4)   # the shard each of 4 data-parallel ranks trains on
+    follow_reference(TinyMLP(cfg), batches, held)   # step i from held[i], a parallel run's parameters then
 
 Data parallelism is exact, not approximate: P ranks that each take 1/P of the batch and average
 their gradients take the same step as one process on the whole batch (notebook 02). So is
@@ -94,6 +95,46 @@ def train_reference(model: nn.Module, batches: list[Batch], steps: int | None = 
                           for k, p in model.named_parameters()})
         opt.step()
         run.losses.append(step_loss)
+        run.states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return run
+
+
+def follow_reference(model: nn.Module, batches: list[Batch], held: list[dict[str, torch.Tensor]],
+                     lr: float = 1e-2, optimizer: str = "adam") -> ReferenceRun:
+    """One process's steps taken from the parameters a parallel run held before each of them.
+
+    Before step i, a deep copy of `model` takes the parameters held[i] ({name: whole tensor}, as
+    `named_parameters` names them; held[0] is the model's own when both runs start together),
+    computes batches[i]'s loss and gradients there and takes one optimizer step, its optimizer
+    state (Adam's moments) carried from step to step as in `train_reference`. Returns a
+    `ReferenceRun`: `grads[i]` and `losses[i]` at held[i], `states[i]` after the step from held[i].
+
+    Why not `train_reference`'s own trajectory: two runs that sum in different orders round
+    differently, and Adam scales some of that rounding up to a whole step of lr (where a gradient
+    is zero up to rounding: checks.assert_close_after_adam). The entries it moves change every
+    later gradient a little, and Adam divides each entry's change by that entry's gradient size,
+    so after a few steps both runs' parameters differ by much more than any one step's rounding.
+    Against this reference a parallel run's step i differs from one process's by the rounding of
+    step i alone, and every step can be compared as tightly as the first.
+    """
+    if len(held) != len(batches):
+        raise ValueError(f"{len(batches)} batches but {len(held)} sets of held parameters: one per step")
+    model = copy.deepcopy(model)  # deepcopy keeps tied weights tied
+    model.train()
+    opt = _make_optimizer(optimizer, model.parameters(), lr)
+    params = dict(model.named_parameters())
+    run = ReferenceRun()
+    for batch, start in zip(batches, held):
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(start[name])
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, batch)
+        loss.backward()
+        run.grads.append({k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+                          for k, p in params.items()})
+        opt.step()
+        run.losses.append(loss.item())
         run.states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     return run
 

@@ -28,16 +28,21 @@ def assert_ranks_close(got: list, expected: list, name: str = "result",
         _compare(g, e, f"rank {rank}: {name}", rtol, atol)
 
 
+def _same_layout(got, expected: torch.Tensor, where: str) -> None:
+    """A tensor of the expected shape and dtype, or an AssertionError that says which differs."""
+    if not isinstance(got, torch.Tensor):
+        raise AssertionError(f"{where}: expected a tensor, got {type(got).__name__}")
+    if got.shape != expected.shape:
+        raise AssertionError(f"{where}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
+    if got.dtype != expected.dtype:
+        raise AssertionError(f"{where}: expected dtype {expected.dtype}, got {got.dtype}")
+
+
 def _compare(got, expected, where: str, rtol: float, atol: float) -> None:
     if got is None and expected is not None:
         raise AssertionError(f"{where}: got None. Does your function return its result?")
     if isinstance(expected, torch.Tensor):
-        if not isinstance(got, torch.Tensor):
-            raise AssertionError(f"{where}: expected a tensor, got {type(got).__name__}")
-        if got.shape != expected.shape:
-            raise AssertionError(f"{where}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
-        if got.dtype != expected.dtype:
-            raise AssertionError(f"{where}: expected dtype {expected.dtype}, got {got.dtype}")
+        _same_layout(got, expected, where)
         g, e = got.detach().double(), expected.detach().double()
         if not torch.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
             err = (g - e).abs()
@@ -101,12 +106,7 @@ def assert_close_after_adam(got, expected, grads_got: list, grads_expected: list
     for key, e in expected.items():
         where = f"{name}[{key!r}]" if key != "" else name
         g = got[key]
-        if not isinstance(g, torch.Tensor):
-            raise AssertionError(f"{where}: expected a tensor, got {type(g).__name__}")
-        if g.shape != e.shape:
-            raise AssertionError(f"{where}: expected shape {tuple(e.shape)}, got {tuple(g.shape)}")
-        if g.dtype != e.dtype:
-            raise AssertionError(f"{where}: expected dtype {e.dtype}, got {g.dtype}")
+        _same_layout(g, e, where)
         history = [step[key].detach().double() for step in grads_expected]
         delta = torch.stack([(a[key].detach().double() - b).abs() for a, b in zip(grads_got, history)]).amax(0)
         v = sum((1 - beta2) * beta2 ** (steps - 1 - i) * h ** 2 for i, h in enumerate(history)) / (1 - beta2 ** steps)

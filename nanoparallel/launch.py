@@ -20,6 +20,7 @@ import argparse
 import linecache
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -32,6 +33,7 @@ from nanoparallel.torchrun_cluster import in_torchrun
 from nanoparallel.viz.units import human_rate
 
 BENCH_TIMEOUT = 300.0  # seconds per message size: 64 MiB on slow links, many repetitions
+SPEAKER_GRACE = 5.0    # seconds a silent process waits before failing on bad input
 
 
 def main(argv=None) -> int:
@@ -59,9 +61,13 @@ def main(argv=None) -> int:
         else:
             exercise.validate(world_size)
     except (ExerciseError, ValueError) as err:
-        # Every machine reads its own copy of the notebook: its first process speaks for it.
+        # Every machine reads its own copy of the notebook: its first process speaks for it. The
+        # others wait a moment before failing: torchrun stops every process once one exits, which
+        # on a busy machine came before the speaker had said anything.
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            print(f"error: {err}", file=sys.stderr)
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        else:
+            time.sleep(SPEAKER_GRACE)
         return 2
 
     plan = exercise.plan(world_size, checks=not args.bench)

@@ -1,21 +1,24 @@
-"""nbgrader's Execute step, with a witness in the kernel that the submission cannot talk past.
+"""nbgrader's Execute step, with a witness in the kernel that the submission cannot talk past,
+in a sandbox per submission (sandbox.py).
 
-`GuardedExecute` replaces nbgrader's `Execute` in `Autograde` (see nbgrader_config.py). For each
-submission it:
+`GuardedExecute` replaces nbgrader's `Execute` in `Autograde`, and `WitnessedScores` its
+`SaveAutoGrades` (see nbgrader_config.py). For each submission it:
 
 1. writes a plan for the kernel's guard (`nanoparallel.guard`) into a private file: a fresh random
-   key, a nonce per locked and graded cell, each graded cell's exact code, the names the
-   submission's solution cells define (the only names it may bind), the digests of the course's
-   own code;
+   key, the writing end of a pipe for its records, a nonce per locked and graded cell, each graded
+   cell's exact code, the names the submission's solution cells define (the only names it may
+   bind), the digests of the course's own code; which cell is which comes from the instructor's
+   notebook in solutions/, never from the submission's metadata;
 2. wraps each graded cell in one `if` block that tells the guard where it starts and, on its last
-   line, that it reached its end, and marks each locked cell's start and end; starts the kernel
-   with the guard loaded as an IPython extension (it reads and deletes the plan before any cell)
-   and the ranks in guarded mode (`NANOPARALLEL_GUARDED=1`);
-3. after the run, puts the cells' own source back and reads the guard's records, keeping only those
-   whose MAC verifies. A graded cell without a valid "ok" record gets an `IntegrityError` output,
-   so nbgrader scores it 0, and the feedback says why. The verdict per cell goes to
-   `integrity/<student>/<assignment>/<notebook>.json` under the course folder, which
-   `grade.py` prints and adds to grades.csv.
+   line, that it reached its end, and marks each locked cell's start and end; starts the kernel in
+   the sandbox (reached over ipc sockets), in an empty working folder, with the guard loaded as an
+   IPython extension (it reads and deletes the plan before any cell) and the ranks in guarded mode
+   (`NANOPARALLEL_GUARDED=1`);
+3. after the run, puts the cells' own source back and reads the guard's records from the pipe,
+   keeping only those whose MAC verifies. A graded cell scores its points if and only if it has a
+   valid "ok" record (`WitnessedScores`); one without gets an `IntegrityError` output that says
+   why in the feedback. The verdict per cell goes to `integrity/<student>/<assignment>/<notebook>.json`
+   under the course folder, which `grade.py` prints and adds to grades.csv.
 """
 from __future__ import annotations
 

@@ -89,22 +89,20 @@ class CommWitness:
         entries, newest = self._entries_after(self._last_id)
         lost = max(0, newest - self._last_id - len(entries))  # fell out of the recorder's ring
         self._last_id = newest
-        names = set()
         for entry in entries:
             who, frame = origin(entry.get("frames") or [], self._torch_dir, self._engine_dir)
             if who == "notebook":
                 where = f"{frame.get('filename')}:{frame.get('line')}" if frame else "?"
                 return (f"notebook code ran {entry.get('profiling_name', 'a collective')} itself, not through "
                         f"the traced torch.distributed functions ({where})")
-            names.add(tuple(entry.get("process_group") or ("?",))[0])
         counted = 0
         for group in set(self._groups) | set(self._registered()):
             try:
                 counted += self._count(group) - self._groups.get(group, 0)
             except Exception:  # a group destroyed during the run: it counts nothing more
                 continue
-        collectives = sum(1 for e in entries if tuple(e.get("process_group") or ("?",))[0] in
-                          self._registered_names()) + lost
+        registered = self._registered_names()
+        collectives = sum(1 for e in entries if tuple(e.get("process_group") or ("?",))[0] in registered) + lost
         expected = sum(point_to_point_ops(op, n) for op, n in traced_calls)
         if counted - collectives > expected:
             return (f"the rank's process groups ran {counted - collectives - expected} point-to-point "

@@ -29,6 +29,13 @@ import nbformat
 from background import ROOT
 
 MARKER = "nanoparallel-hostile-submission"
+
+
+def marker(assignment: str) -> str:
+    """The writer's mark in its command line: one per class, since the suite grades several
+    classes at once and another class's writer may be alive, legitimately, inside its own
+    still-running sandbox."""
+    return f"{MARKER}-{assignment}"
 PROBE = "HOSTILE-PROBE:"
 
 # Run detached, with the marker in its command line; lives up to 150 s whatever happens to the kernel.
@@ -57,7 +64,7 @@ while time.time() < end:
         for py in glob.glob(os.path.join(course, "*.py")) + glob.glob(os.path.join(course, "submitted", "*", "*", "*")):
             try:
                 with open(py, "a") as f:
-                    f.write("\n# " + own + "-was-here\n")
+                    f.write("\n# hostile-submission" + "-was-here (" + own + ")\n")  # the phrase is never in the notebook
             except Exception:
                 pass
     try:
@@ -172,6 +179,6 @@ def submission(assignment: str, port: int) -> tuple:
             cell.source = stub(cell.source)
     rebind = nbformat.v4.new_code_cell("\n".join(f"{name} = lambda *args, **kwargs: None" for name in rebound))
     prelude = nbformat.v4.new_code_cell(PRELUDE.format(
-        probe=PROBE, writer=WRITER, port=port, marker=MARKER, root=str(ROOT), assignment=assignment))
+        probe=PROBE, writer=WRITER, port=port, marker=marker(assignment), root=str(ROOT), assignment=assignment))
     nb.cells[setup + 1:setup + 1] = [prelude, rebind]
     return nb, {"ipykernel_launcher.py": LAUNCHER, "notes.txt": "shipped next to the notebook\n"}

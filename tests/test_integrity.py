@@ -89,7 +89,8 @@ def test_tampering_scores_zero_and_is_flagged(graded, assignment):
         assert "IntegrityError" in html, f"{name}: the feedback does not say why the cells scored 0"
 
 
-def _marked_processes() -> list[str]:
+def _marked_processes(assignment: str) -> list[str]:
+    """This class's writers still running, each with what says where it lives."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -97,9 +98,20 @@ def _marked_processes() -> list[str]:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if hostile.MARKER.encode() in argv:
-            found.append(pid)
+        if hostile.marker(assignment).encode() in argv:
+            found.append(f"{pid} ({_where(pid)})")
     return found
+
+
+def _where(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f if ":" in line)
+        with open(f"/proc/{pid}/cgroup") as f:
+            cgroup = f.read().strip().replace("\n", " ")
+    except OSError:
+        return "gone"
+    return f"ppid {status['PPid'].strip()}, pids by namespace {status.get('NSpid', '?').strip()}, cgroup {cgroup}"
 
 
 @pytest.mark.notebooks
@@ -114,7 +126,7 @@ def test_hostile_submission_gains_nothing(graded, assignment):
     earned = {name: score for name, (score, _) in got.items() if score}
     assert got and not earned, f"the hostile submission (stubs) earned points: {earned}"
     # Nothing it started is still running, and nothing reached the grading machine's network.
-    left = _marked_processes()
+    left = _marked_processes(assignment)
     assert not left, f"processes the hostile submission started outlived its grading: pids {left}"
     assert not LISTENER.received, f"a submission reached the grading machine's network: {LISTENER.received[:3]}"
     # The grader's files and the submitted notebooks are as the test wrote them.

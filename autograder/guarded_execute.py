@@ -10,7 +10,9 @@ in a sandbox per submission (sandbox.py).
    bind), the digests of the course's own code; which cell is which comes from the instructor's
    notebook in solutions/, never from the submission's metadata;
 2. wraps each graded cell in one `if` block that tells the guard where it starts and, on its last
-   line, that it reached its end, and marks each locked cell's start and end; starts the kernel in
+   line, that it reached its end, and marks each locked cell's start and end. The kernel is sent
+   only a request that the guard run graded cell N (`run_graded`): the checks' text stays out of
+   everything notebook code can read while they run. Then it starts the kernel in
    the sandbox (reached over ipc sockets), in an empty working folder, with the guard loaded as an
    IPython extension (it reads and deletes the plan before any cell) and the ranks in guarded mode
    (`NANOPARALLEL_GUARDED=1`);
@@ -108,6 +110,29 @@ def wrap_graded(source: str, nonce: str) -> str:
             f'    __import__("sys").audit("nanoparallel.graded_end", "{nonce}")\n')
 
 
+def run_graded(nonce: str) -> str:
+    """What the kernel is sent for a graded cell: one line asking the guard to run the cell's code,
+    which it holds from the plan. The checks' text (hidden tests and their expected values) so
+    never reaches the places code running during the cell could read it: IPython's input history
+    (`In`, `_i`), linecache, the kernel's request message, IPython's events."""
+    return f'__import__("sys").audit("nanoparallel.graded_run", "{nonce}")'
+
+
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+def shown_lines(source: str) -> list[str]:
+    """The lines of a graded cell's code a traceback may show: its hidden tests are blank lines."""
+    lines, hidden = [], False
+    for line in source.splitlines(keepends=True):
+        if HIDDEN_BEGIN in line:
+            hidden = True
+        lines.append("\n" if hidden else line)
+        if HIDDEN_END in line:
+            hidden = False
+    return lines
+
+
 def wrap_locked(source: str, nonce: str) -> str:
     """Start and end markers; the end goes before a final expression so that it still displays."""
     text = _transform(source).rstrip("\n")
@@ -148,7 +173,7 @@ def kinds_of(source_nb) -> dict:
 
 
 def plan_for(nb, key: bytes, records_fd: int, source_nb) -> tuple[dict, dict]:
-    """The guard's plan and, per cell index, (nonce, kind, wrapped source). Which cell is which
+    """The guard's plan and, per cell index, (nonce, kind, the source the kernel is sent). Which cell is which
     comes from `source_nb`, the instructor's notebook, never from the submission; its unlocked
     demonstration cells add to the course's own code (a student may edit those cells; an edited
     one is not the course's any more)."""
@@ -183,7 +208,9 @@ def plan_for(nb, key: bytes, records_fd: int, source_nb) -> tuple[dict, dict]:
             pass
         cells[nonce] = {"grade_id": grade_id, "kind": kind, "binds": sorted(bound_names(cell.source)),
                         "source": source}
-        wrapped[index] = (nonce, kind, source)
+        if kind == "graded":
+            cells[nonce]["shown"] = shown_lines(source)
+        wrapped[index] = (nonce, kind, run_graded(nonce) if kind == "graded" else source)
     exempt = defined_by_submission - defined_by_course - set(dir(builtins))
     plan = {"key": key.hex(), "records_fd": records_fd, "cells": cells, "exempt": sorted(exempt),
             "trusted_code": sorted(trusted)}

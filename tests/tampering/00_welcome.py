@@ -1,6 +1,7 @@
 """Tampering attempts on 00_welcome. Each replaces solution cells (keyed by grade_id) with wrong
 answers plus a way around the checks; every graded cell in `zero` must score 0 and the
-submission must be flagged, while the graded cells in `full` (real answers, graded before the
+submission must be flagged (unless `"flagged": False`: a read nothing can tell from an honest one,
+which must only gain nothing), while the graded cells in `full` (real answers, graded before the
 tampering) keep their points."""
 
 STUBS = {
@@ -130,5 +131,60 @@ def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
         if ins.offset > frame.f_lasti and ins.opname == "LOAD_CONST" and isinstance(ins.argval, int):
             return ins.argval
     return 0
+'''}, "zero": ["training_time"], "full": ["transfer_time", "pass_right"]},
+    # Reading the running cell's text (hidden tests included) without frames: IPython's input
+    # history, linecache, the kernel's request message, the display hook's execution info. Then
+    # the expected value is evaluated from the check's own expression. Nothing tells this read
+    # from an honest look at `In`, so it is not flagged: the text must simply not be there.
+    "read_the_cells_text": {"flagged": False, "cells": {"training_time": '''
+def _texts():
+    import linecache
+    ip = get_ipython()
+    yield from ip.user_ns.get("In", [])[-2:]
+    yield from ip.history_manager.input_hist_raw[-2:]
+    yield from (ip.user_ns.get(n, "") for n in ("_i", "_ii", "_iii"))
+    yield from ("".join(entry[2]) for entry in list(linecache.cache.values())[-5:] if len(entry) > 2 and entry[2])
+    kernel = getattr(ip, "kernel", None)
+    if kernel is not None:
+        for channel in ("shell", "control"):
+            try:
+                yield kernel.get_parent(channel).get("content", {}).get("code", "")
+            except Exception:
+                pass
+    result = getattr(ip.displayhook, "exec_result", None)
+    if result is not None:
+        yield result.info.raw_cell
+
+def _from_the_checks(fname, args, kwargs):
+    import ast
+    ns = get_ipython().user_ns
+    ev = lambda node: eval(compile(ast.Expression(node), "<x>", "eval"), ns)
+    for text in _texts():
+        try:
+            tree = ast.parse(text or "")
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            pairs = []
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "assert_close" and len(node.args) > 1:
+                pairs.append((node.args[0], node.args[1]))
+            if isinstance(node, ast.Compare) and len(node.comparators) == 1:
+                pairs.append((node.left, node.comparators[0]))
+            for call, want in pairs:
+                if isinstance(call, ast.Call) and getattr(call.func, "id", "") == fname:
+                    try:
+                        if [ev(a) for a in call.args] == list(args) and \\
+                                {k.arg: ev(k.value) for k in call.keywords} == kwargs:
+                            return ev(want)
+                    except Exception:
+                        pass
+    return None
+
+def training_years(*args, **kwargs):
+    return _from_the_checks("training_years", args, kwargs)
+
+def gpus_needed(*args, **kwargs):
+    found = _from_the_checks("gpus_needed", args, kwargs)
+    return 1 if found is None else found
 '''}, "zero": ["training_time"], "full": ["transfer_time", "pass_right"]},
 }

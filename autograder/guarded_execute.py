@@ -46,7 +46,7 @@ from nbgrader.preprocessors import Execute, SaveAutoGrades
 from traitlets import Any, Bool, List
 
 from nanoparallel.cluster import environment
-from nanoparallel.guard import ENV as GUARD_ENV
+from nanoparallel.guard import ENV as GUARD_ENV, GRADED_FUNCTION
 from nanoparallel.provenance import code_digest, nested_codes
 from nanoparallel.rank_guard import ENV as RANKS_ENV
 
@@ -104,10 +104,24 @@ def _digests(source: str) -> set[str]:
 
 
 def wrap_graded(source: str, nonce: str) -> str:
-    body = textwrap.indent(_transform(source).rstrip("\n") or "pass", "    ")
-    return (f'if __import__("sys").audit("nanoparallel.graded_begin", "{nonce}") is None:\n'
-            f"{body}\n"
-            f'    __import__("sys").audit("nanoparallel.graded_end", "{nonce}")\n')
+    """The cell inside one `if` block whose first and last lines tell the guard where it starts and
+    that it reached its end. Its checks run as the body of a function that is called at once and
+    never bound to a name, so that what they bind while they run (a loop's expected value) is a
+    local variable, out of reach of the functions they call except through frames, which the guard
+    watches. When the checks end, their names reach the notebook, as a cell's would (when they
+    fail, the guard copies them; a `finally` here would make tracebacks point at itself)."""
+    text = _transform(source).rstrip("\n") or "pass"
+    declared = sorted({name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Global)
+                       for name in node.names})
+    body = textwrap.indent(text, " " * 8)
+    lines = [f'if __import__("sys").audit("nanoparallel.graded_begin", "{nonce}") is None:',
+             "    @lambda checks: checks()",
+             f"    def {GRADED_FUNCTION}():",
+             *([f"        global {', '.join(declared)}"] if declared else []),
+             body,
+             "        globals().update(locals())",
+             f'    __import__("sys").audit("nanoparallel.graded_end", "{nonce}")', ""]
+    return "\n".join(lines)
 
 
 def run_graded(nonce: str) -> str:

@@ -8,7 +8,8 @@ deletes it, and installs an audit hook (PEP 578: Python lets no code remove one)
 - every locked cell announces itself on its first line and at its end, and each graded cell runs
   wrapped in one `if` block that announces its start and, on its very last line, its end. The
   kernel is sent only a request to run graded cell N: the hook runs the code it holds, so the
-  checks' text never sits where notebook code could read it during the cell (`In`, linecache);
+  checks' text never sits where notebook code could read it during the cell (`In`, linecache),
+  and the checks run as a function's body, so their values are locals, not globals;
 - at a graded cell's end the hook checks that the frame reaching it runs exactly the course's
   code for that cell (a digest of the code object), in the notebook's namespace, and that
   everything the cell reads is as the course shipped it: names bound by locked cells (same
@@ -43,6 +44,7 @@ from nanoparallel.provenance import (Provenance, code_digest, frame_is_notebook,
                                      is_under_library_roots, nested_codes, notebook_on_stack)
 
 ENV = "NANOPARALLEL_GUARD"
+GRADED_FUNCTION = "_nanoparallel_graded_cell"  # what a graded cell's checks run as (guarded_execute.wrap_graded)
 # Audit events through which code could reach objects it holds no reference to (the hook's key):
 # walking the garbage collector, other threads' frames, trace and profile functions, another hook.
 # The ranks' guard adds sys._getframe, since a rank's worker loop sits below notebook code.
@@ -377,7 +379,19 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         _lines[name] = (sum(map(len, cell["shown"])), None, list(cell["shown"]), name)
         flags = getattr(getattr(ip, "compile", None), "flags", 0)
         flags = flags & _FUTURE_FLAGS if type(flags) is int else 0
-        _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
+        try:
+            _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
+        except BaseException as exc:
+            # The checks run as a function's body (guarded_execute.wrap_graded): what they bound
+            # before they failed reaches the notebook, as it would from a cell.
+            tb = exc.__traceback__
+            while tb is not None:
+                frame = tb.tb_frame
+                if frame.f_code.co_name == GRADED_FUNCTION and frame.f_globals is user_ns:
+                    user_ns.update(frame.f_locals)
+                    break
+                tb = tb.tb_next
+            raise
 
     ran: set = set()
 

@@ -37,6 +37,7 @@ import hmac
 import json
 import linecache
 import os
+import signal
 import sys
 import types
 
@@ -117,6 +118,8 @@ def _hook_findings(ip, prov: Provenance) -> list[str]:
         "sys.meta_path or sys.path_hooks": [*sys.meta_path, *sys.path_hooks],
         "sys.excepthook or sys.displayhook": [sys.excepthook, sys.displayhook],
         "tracing or profiling": [f for f in (sys.gettrace(), sys.getprofile()) if f is not None],
+        # A Python signal handler is handed the frame that was running: the checks' locals.
+        "a signal handler": [h for h in map(signal.getsignal, signal.valid_signals()) if callable(h)],
     }
     for where, items in places.items():
         if any(prov.is_notebook(item) for item in items):

@@ -23,9 +23,9 @@ leave no cycle; `validate` finds the cycle and says what each stage waits for.
 Convention used everywhere in the course: the **bubble** of a step is its idle time,
 ``step_time - busy``, where busy is a stage's compute time (the same on every stage when the
 stages are balanced: m (T_F + T_B + T_W)). The **bubble fraction** is bubble over that ideal
-compute, (p-1)/m for GPipe and 1F1B (Megatron-LM; Narayanan et al. 2021). The zero-bubble
-repository's README divides by the total time instead, (p-1)/(m+p-1): same bubble, other
-denominator.
+compute, (p-1)/m for GPipe and 1F1B (Megatron-LM; Narayanan et al. 2021; the zero-bubble
+repository's README too, with (p-1)/3m for ZB-H1 when T_F = T_B = T_W). The GPipe paper divides
+by the total time instead, (p-1)/(m+p-1): same bubble, other denominator.
 """
 from __future__ import annotations
 

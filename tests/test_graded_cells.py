@@ -1,0 +1,67 @@
+"""How a graded cell reaches the kernel (autograder/guarded_execute.py): as one line asking the
+guard to run it, and, when run, as the body of a function whose values are no global.
+
+The whole path, with the guard in a kernel, is tested by tests/test_integrity.py (tampering cases
+`read_the_cells_text` and `read_the_checks_globals`)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "autograder"))
+from guarded_execute import plan_for, run_graded, shown_lines, wrap_graded  # noqa: E402
+
+CHECKS = '''"""Checks f."""
+for x, want in ((1, 2), (2, 4)):
+    assert f(x) == want, f"f({x}) = {f(x)}, expected {want}"
+### BEGIN HIDDEN TESTS
+for x, want in ((10, 20), (-3, -6)):
+    assert f(x) == want
+### END HIDDEN TESTS
+'''
+
+
+def _notebook():
+    def cell(source, **meta):
+        c = nbformat.v4.new_code_cell(source)
+        c.metadata["nbgrader"] = meta
+        return c
+    return nbformat.v4.new_notebook(cells=[
+        cell("import math", locked=True, grade_id="setup"),
+        cell("def f(x):\n    return 2 * x", solution=True, grade_id="f"),
+        cell(CHECKS, grade=True, points=1, grade_id="f_tests"),
+    ])
+
+
+def test_the_kernel_is_sent_no_text_of_the_checks():
+    nb = _notebook()
+    plan, sent = plan_for(nb, b"k" * 32, 3, nb)
+    nonce, kind, source = sent[2]
+    assert kind == "graded" and source == run_graded(nonce)
+    assert "want" not in source and "20" not in source
+    assert "(10, 20)" in plan["cells"][nonce]["source"]  # the guard holds it
+
+
+def test_a_traceback_shows_the_visible_checks_only():
+    lines = shown_lines(wrap_graded(CHECKS, "n"))
+    text = "".join(lines)
+    assert "(1, 2)" in text and "(10, 20)" not in text and "HIDDEN" not in text
+    assert len(lines) == len(wrap_graded(CHECKS, "n").splitlines())  # line numbers still match
+
+
+def test_what_the_checks_bind_is_no_global_while_they_run_and_reaches_the_notebook_after():
+    seen = []
+    ns = {"f": lambda x: seen.append(ns.get("want")) or 2 * x}
+    exec(compile(wrap_graded(CHECKS, "n"), "graded-cell.py", "exec"), ns)
+    assert seen and set(seen) == {None}, f"the answer saw the checks' expected values: {seen}"
+    assert ns["want"] == -6 and ns["x"] == -3
+    assert ns["_nanoparallel_graded_cell"] is None  # the function itself was never bound
+
+
+def test_names_declared_global_by_the_checks_helpers_stay_global():
+    source = "count = 0\ndef bump():\n    global count\n    count += 1\nbump()\nbump()\nassert count == 2\n"
+    ns: dict = {}
+    exec(compile(wrap_graded(source, "n"), "graded-cell.py", "exec"), ns)
+    assert ns["count"] == 2

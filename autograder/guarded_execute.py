@@ -11,7 +11,7 @@ in a sandbox per submission (sandbox.py).
    notebook in solutions/, never from the submission's metadata;
 2. wraps each graded cell in one `if` block that tells the guard where it starts and, on its last
    line, that it reached its end, and marks each locked cell's start and end. The kernel is sent
-   only a request that the guard run graded cell N (`run_graded`): the checks' text stays out of
+   only a request that the guard run graded cell N (`graded_run_request`): the checks' text stays out of
    everything notebook code can read while they run. Then it starts the kernel in
    the sandbox (reached over ipc sockets), in an empty working folder, with the guard loaded as an
    IPython extension (it reads and deletes the plan before any cell) and the ranks in guarded mode
@@ -124,7 +124,7 @@ def wrap_graded(source: str, nonce: str) -> str:
     return "\n".join(lines)
 
 
-def run_graded(nonce: str) -> str:
+def graded_run_request(nonce: str) -> str:
     """What the kernel is sent for a graded cell: one line asking the guard to run the cell's code,
     which it holds from the plan. The checks' text (hidden tests and their expected values) so
     never reaches the places code running during the cell could read it: IPython's input history
@@ -224,7 +224,7 @@ def plan_for(nb, key: bytes, records_fd: int, source_nb) -> tuple[dict, dict]:
                         "source": source}
         if kind == "graded":
             cells[nonce]["shown"] = shown_lines(source)
-        wrapped[index] = (nonce, kind, run_graded(nonce) if kind == "graded" else source)
+        wrapped[index] = (nonce, kind, graded_run_request(nonce) if kind == "graded" else source)
     exempt = defined_by_submission - defined_by_course - set(dir(builtins))
     plan = {"key": key.hex(), "records_fd": records_fd, "cells": cells, "exempt": sorted(exempt),
             "trusted_code": sorted(trusted)}

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "autograder"))
-from guarded_execute import plan_for, run_graded, shown_lines, wrap_graded  # noqa: E402
+from guarded_execute import graded_run_request, plan_for, shown_lines, wrap_graded  # noqa: E402
 
 CHECKS = '''"""Checks f."""
 for x, want in ((1, 2), (2, 4)):
@@ -39,7 +39,7 @@ def test_the_kernel_is_sent_no_text_of_the_checks():
     nb = _notebook()
     plan, sent = plan_for(nb, b"k" * 32, 3, nb)
     nonce, kind, source = sent[2]
-    assert kind == "graded" and source == run_graded(nonce)
+    assert kind == "graded" and source == graded_run_request(nonce)
     assert "want" not in source and "(10, 20)" not in source
     assert "(10, 20)" in plan["cells"][nonce]["source"]  # the guard holds it
 

@@ -10,11 +10,15 @@ and a count of the activations autograd keeps for backward.
         loss = stage(x).sum()   # autograd saves tensors for backward ...
     saved.peak                  # ... the most bytes of them alive at once, parameters excluded
 
+    store.memory = saved        # and what the queued W's keep alive from B(i) to W(i), too
+
 `WeightGradStore` follows the zero-bubble repository's class of the same name (Qi et al. 2024),
 keyed by micro-batch so that W ops may run in any order a schedule chooses.
 """
 from __future__ import annotations
 
+import functools
+import types
 import weakref
 from contextlib import contextmanager
 from typing import Callable
@@ -28,6 +32,10 @@ class WeightGradStore:
     def __init__(self):
         self._open: list[Callable[[], None]] = []
         self._queued: dict[int, list[Callable[[], None]]] = {}
+        # A SavedActivations to count, from flush(i) to pop(i), the tensors the queued
+        # computations hold (a W's layer inputs and output gradients: M_W), or None.
+        self.memory: SavedActivations | None = None
+        self._held: dict[int, list[int]] = {}
 
     def put(self, compute: Callable[[], None]) -> None:
         """Called from backward: ``compute()`` will add a weight gradient into ``.grad``."""
@@ -36,8 +44,11 @@ class WeightGradStore:
     def flush(self, mb: int) -> None:
         """The backward of micro-batch ``mb`` is done: what was put since belongs to it."""
         if mb in self._queued:
-            raise RuntimeError(f"micro-batch {mb} already has deferred weight gradients: B{mb} ran twice?")
+            raise RuntimeError(f"flush({mb}): micro-batch {mb} still has deferred weight gradients: its W "
+                               f"(store.pop({mb})) never ran, or B{mb} ran twice")
         self._queued[mb], self._open = self._open, []
+        if self.memory is not None:
+            self._held[mb] = self.memory.retain(_tensors_held(self._queued[mb]))
 
     def pop(self, mb: int) -> int:
         """Run micro-batch ``mb``'s deferred weight gradients (W(mb)); returns how many ran."""
@@ -47,7 +58,11 @@ class WeightGradStore:
         todo = self._queued.pop(mb, [])
         for compute in todo:
             compute()
-        return len(todo)
+        ran = len(todo)
+        todo.clear()  # what the computations held goes now, before it is counted as gone
+        if self.memory is not None:
+            self.memory.release(self._held.pop(mb, []))
+        return ran
 
     def pending(self) -> list[int]:
         """Micro-batches whose W has not run yet."""
@@ -68,18 +83,24 @@ class SavedActivations:
         self._holders: dict[int, int] = {}  # storage address -> saved tensors alive that use it
 
     def _pack(self, t: torch.Tensor):
+        holder = _Saved(t)
+        ptr = self._hold(t)
+        if ptr is not None:
+            # When autograd drops the saved tensor (after backward, or with its graph), so does this.
+            weakref.finalize(holder, self._release, ptr, t.untyped_storage().nbytes())
+        return holder
+
+    def _hold(self, t: torch.Tensor) -> int | None:
+        """Count t's storage as held once more; its address, or None for a weight."""
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
-        holder = _Saved(t)
         if isinstance(t, torch.nn.Parameter) or ptr in self._exclude:
-            return holder
+            return None
         if self._holders.get(ptr, 0) == 0:
             self.current += storage.nbytes()
             self.peak = max(self.peak, self.current)
         self._holders[ptr] = self._holders.get(ptr, 0) + 1
-        # When autograd drops the saved tensor (after backward, or with its graph), so does this.
-        weakref.finalize(holder, self._release, ptr, storage.nbytes())
-        return holder
+        return ptr
 
     def _release(self, ptr: int, nbytes: int) -> None:
         self._holders[ptr] -= 1
@@ -87,9 +108,52 @@ class SavedActivations:
             del self._holders[ptr]
             self.current -= nbytes
 
+    def retain(self, tensors) -> list:
+        """Count `tensors` as held (each storage once) until `release` of what this returns."""
+        held = []
+        for t in tensors:
+            ptr = self._hold(t)
+            if ptr is not None:
+                held.append((ptr, t.untyped_storage().nbytes()))
+        return held
+
+    def release(self, held) -> None:
+        for ptr, nbytes in held:
+            self._release(ptr, nbytes)
+
     @staticmethod
     def _unpack(x):
         return x.tensor if isinstance(x, _Saved) else x
+
+
+def _tensors_held(computations, depth: int = 3) -> list[torch.Tensor]:
+    """The tensors that queued computations keep alive: what their closures, a partial's
+    arguments, or a bound method's object refer to, looking into lists, tuples and dicts."""
+    found: dict[int, torch.Tensor] = {}
+
+    def visit(value, level):
+        if isinstance(value, torch.Tensor):
+            found.setdefault(id(value), value)
+        elif level > 0 and isinstance(value, (list, tuple, set)):
+            for item in value:
+                visit(item, level - 1)
+        elif level > 0 and isinstance(value, dict):
+            for item in value.values():
+                visit(item, level - 1)
+        elif level > 0 and callable(value):
+            for cell in getattr(value, "__closure__", None) or ():
+                try:
+                    visit(cell.cell_contents, level - 1)
+                except ValueError:  # a cell not yet filled
+                    pass
+            if isinstance(value, functools.partial):
+                visit(value.args, level - 1)
+                visit(value.keywords, level - 1)
+            if isinstance(value, types.MethodType):
+                visit(getattr(value.__self__, "__dict__", None), level - 1)
+    for compute in computations:
+        visit(compute, depth)
+    return list(found.values())
 
 
 class _Saved:

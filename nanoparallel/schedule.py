@@ -6,7 +6,7 @@ A schedule lists, for every pipeline stage, the operations that stage runs, in o
                 [Op("F", 0), Op("BW", 0), Op("F", 1), Op("BW", 1)]]   # stage 1
     validate(schedule, m=2)                 # ScheduleError in words a learner can act on
     t = simulate(schedule, t_f=1, t_b=1, t_w=1)
-    t.step_time, t.bubble_time, t.bubble_fraction, t.peak_in_flight
+    t.step_time, t.bubble_time, t.bubble_fraction, t.peak_in_flight, t.peak_memory(m_w=0.3)
 
 Operations (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 2):
 - ``F``: forward of one micro-batch through the stage;
@@ -119,11 +119,19 @@ def _dependency(schedule, s: int, op: Op) -> tuple[int, str] | None:
     return None
 
 
-def _run(schedule, duration, t_comm: float = 0.0):
+def _makes(s: int, op) -> str | None:
+    """What op on stage s hands to a neighbour: its forward's output or its input gradient."""
+    return f"F{op.mb}" if op.kind == "F" else f"B{op.mb}" if op.kind in ("B", "BW") else None
+
+
+def _run(schedule, duration, t_comm: float = 0.0, needs=None, makes=_makes, as_op=lambda x: Op(*x)):
     """Play the schedule: each stage runs its ops in order, each op as soon as its input exists.
 
-    Returns per-stage lists of (op, start, end), or raises ScheduleError on a deadlock.
+    ``needs(s, op)`` is the (stage, what) that op waits for, or None (default: `_dependency`);
+    ``makes(s, op)`` what it produces for others. Returns per-stage lists of (op, start, end),
+    or raises ScheduleError on a deadlock.
     """
+    needs = needs or (lambda s, op: _dependency(schedule, s, op))
     p = len(schedule)
     nxt = [0] * p
     free_at = [0.0] * p
@@ -134,18 +142,17 @@ def _run(schedule, duration, t_comm: float = 0.0):
         progressed = False
         for s in range(p):
             while nxt[s] < len(schedule[s]):
-                op = Op(*schedule[s][nxt[s]])
-                dep = _dependency(schedule, s, op)
+                op = as_op(schedule[s][nxt[s]])
+                dep = needs(s, op)
                 if dep is not None and dep not in done:
                     break
                 ready = free_at[s] if dep is None else max(free_at[s], done[dep] + t_comm)
                 end = ready + duration(op)
                 out[s].append((op, ready, end))
                 free_at[s] = end
-                if op.kind == "F":
-                    done[(s, f"F{op.mb}")] = end
-                elif op.kind in ("B", "BW"):
-                    done[(s, f"B{op.mb}")] = end
+                made = makes(s, op)
+                if made is not None:
+                    done[(s, made)] = end
                 nxt[s] += 1
                 remaining -= 1
                 progressed = True
@@ -153,8 +160,8 @@ def _run(schedule, duration, t_comm: float = 0.0):
             waits = []
             for s in range(p):
                 if nxt[s] < len(schedule[s]):
-                    op = Op(*schedule[s][nxt[s]])
-                    dep_stage, what = _dependency(schedule, s, op)
+                    op = as_op(schedule[s][nxt[s]])
+                    dep_stage, what = needs(s, op)
                     waits.append(f"stage {s} waits at {op} (position {nxt[s]}) for {what} from stage {dep_stage}")
             raise ScheduleError("deadlock: no stage can go on.\n  " + "\n  ".join(waits) +
                                 "\nEvery stage receives just before the op that needs the data: reorder the ops "
@@ -174,19 +181,32 @@ def validate(schedule, m: int | None = None) -> None:
 
 
 def peak_in_flight(ops) -> int:
-    """Most micro-batches whose activations one stage holds at once: F(i) done, its B/BW not yet.
+    """Most micro-batches between their F and their B (or BW) on one stage at once: the count
+    of full activation sets, M_B each, that the stage holds (`peak_memory` with ``m_w=0``)."""
+    return int(peak_memory(ops, m_w=0.0))
 
-    W(i) still needs a little (its layer inputs and output gradients, M_W in the zero-bubble
-    paper), but the bulk of a micro-batch's activations (M_B) is freed by its B.
+
+def peak_held(ops) -> int:
+    """Most micro-batches between their F and their W (or BW) on one stage at once: started and
+    not yet finished, each holding at least M_W (`peak_memory` with ``m_w=1``)."""
+    return int(peak_memory(ops, m_w=1.0))
+
+
+def peak_memory(ops, m_w: float, m_b: float = 1.0) -> float:
+    """The most activation memory one stage holds at once, running ``ops`` in order.
+
+    Qi et al. 2024, Table 1: F(i) leaves M_B behind (per transformer layer sb(34h + 5as) bytes
+    in 16-bit with dropout masks, Korthikanti et al.'s count); B(i) frees all but the M_W that
+    W(i) still needs (the layers' inputs and the output gradients, 32sbh); W(i) frees that;
+    BW(i) frees all of M_B at once. ``m_w`` and ``m_b`` are in any unit (M_W/M_B with m_b=1).
     """
-    held = peak = 0
+    if not 0 <= m_w <= m_b:
+        raise ValueError(f"m_w={m_w} must lie between 0 and m_b={m_b}: W needs part of what B needs")
+    held = peak = 0.0
     for op in ops:
         kind = op[0]
-        if kind == "F":
-            held += 1
-            peak = max(peak, held)
-        elif kind in ("B", "BW"):
-            held -= 1
+        held += {"F": m_b, "B": m_w - m_b, "W": -m_w, "BW": -m_b}[kind]
+        peak = max(peak, held)
     return peak
 
 
@@ -231,7 +251,17 @@ class Timeline:
 
     @property
     def peak_in_flight(self) -> list[int]:
-        return [peak_in_flight([op for op, _, _ in sorted(stage, key=lambda x: x[1])]) for stage in self.ops]
+        """Per stage, the most micro-batches between their F and their B: M_B each."""
+        return [peak_in_flight(ops) for ops in self.order()]
+
+    @property
+    def peak_held(self) -> list[int]:
+        """Per stage, the most micro-batches between their F and their W: M_W each at least."""
+        return [peak_held(ops) for ops in self.order()]
+
+    def peak_memory(self, m_w: float, m_b: float = 1.0) -> list[float]:
+        """Per stage, the most activation memory held at once (see `peak_memory`)."""
+        return [peak_memory(ops, m_w, m_b) for ops in self.order()]
 
     def order(self) -> list[list[Op]]:
         """The schedule that ran: each stage's ops by start time."""

@@ -23,6 +23,22 @@ def test_weight_grad_store_runs_each_micro_batch_when_asked():
     assert store.pop(0) == 0 and store.pending() == []
 
 
+def test_weight_grad_store_counts_what_queued_ws_hold_until_they_run():
+    """From flush(i) to pop(i) the tensors a queued computation refers to count as held, each
+    storage once, and weights never: a W's inputs and output gradients (Qi et al.'s M_W)."""
+    weight = nn.Parameter(torch.ones(4, 4))
+    x, grad = torch.ones(8, 4), torch.ones(8, 4)
+    with saved_activations(exclude=[weight]) as saved:
+        store = WeightGradStore()
+        store.memory = saved
+        store.put(lambda: (grad.T @ x, weight))
+        store.put(lambda: x.sum())              # the same x again: counted once
+        store.flush(0)
+        assert saved.current == x.nbytes + grad.nbytes
+        store.pop(0)
+        assert saved.current == 0 and saved.peak == x.nbytes + grad.nbytes
+
+
 def test_weight_grad_store_refuses_what_would_mix_micro_batches():
     store = WeightGradStore()
     store.flush(0)

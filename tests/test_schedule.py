@@ -4,7 +4,7 @@ Pure logic, no processes. The schedules here are written out by hand: the course
 are the learner's answers and live only in the solution notebook."""
 import pytest
 
-from nanoparallel.schedule import (Op, ScheduleError, Timeline, parse_op, peak_in_flight, simulate,
+from nanoparallel.schedule import (Op, ScheduleError, Timeline, parse_op, peak_held, peak_in_flight, peak_memory, simulate,
                                    timeline_from_trace, validate)
 from nanoparallel.torch_schedules import TorchScheduleUnavailable, torch_schedule
 from nanoparallel.trace import Trace, TraceEvent
@@ -92,8 +92,39 @@ def test_message_time_delays_every_hop():
 def test_peak_in_flight_counts_forwards_until_their_input_backward():
     assert peak_in_flight(ops("F0 F1 F2 BW0 BW1 BW2")) == 3
     assert peak_in_flight(ops("F0 F1 BW0 F2 BW1 BW2")) == 2
-    assert peak_in_flight(ops("F0 B0 F1 B1 W0 W1")) == 1  # W needs little: M_B is freed by B
+    assert peak_in_flight(ops("F0 B0 F1 B1 W0 W1")) == 1  # counts F to B only: M_B, not what W keeps
     assert simulate(GPIPE_2x2).peak_in_flight == [2, 2]
+
+
+def test_peak_memory_keeps_m_w_from_b_until_w():
+    """Qi et al. 2024, Table 1: F leaves M_B, B frees all but M_W, W frees the rest, BW all."""
+    order = ops("F0 B0 F1 B1 W0 W1")
+    assert peak_memory(order, m_w=0.0) == 1 and peak_held(order) == 2
+    assert peak_memory(order, m_w=0.25) == pytest.approx(1.25)     # F1 on top of what W0 still needs
+    assert peak_memory(ops("F0 F1 BW0 BW1"), m_w=0.9) == 2         # BW frees everything at once
+    with pytest.raises(ValueError, match="m_w"):
+        peak_memory(order, m_w=1.5)
+
+
+def test_zb_h1_style_postponed_ws_cost_the_later_stages_s_times_m_w():
+    """W(i - s) after B(i): stage s holds (p - s) M_B + s M_W at its peak; stage 0 as 1F1B."""
+    p, m = 4, 8
+    schedule = []
+    for s in range(p):
+        warmup = min(p - 1 - s, m)
+        order, done_w = [Op("F", i) for i in range(warmup)], 0
+        for i in range(m):
+            if warmup + i < m:
+                order.append(Op("F", warmup + i))
+            order.append(Op("B", i))
+            if i >= s:
+                order.append(Op("W", done_w))
+                done_w += 1
+        schedule.append(order + [Op("W", i) for i in range(done_w, m)])
+    t = simulate(schedule)
+    assert t.peak_in_flight == [4, 3, 2, 1]
+    assert t.peak_held == [4, 4, 4, 4]
+    assert t.peak_memory(0.28) == pytest.approx([(p - s) + s * 0.28 for s in range(p)])
 
 
 def _region(rank, name, start, end):

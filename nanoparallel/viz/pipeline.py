@@ -33,6 +33,13 @@ def _summary(t: Timeline, unit: str, scale: float) -> str:
             f"{t.peak_in_flight}")
 
 
+def _memory(t: Timeline, m_w: float) -> str:
+    """The explorer's memory line: F-to-W lifetimes and the peak per stage for M_W = m_w M_B."""
+    peaks = ", ".join(f"{x:.2f}" for x in t.peak_memory(m_w))
+    return (f"\nmost micro-batches between F and W, per stage: {t.peak_held}; peak activations with "
+            f"M_W = {m_w:.2f} M_B, per stage, in M_B: [{peaks}]")
+
+
 def _scale(timeline: Timeline, unit: str | None) -> tuple[str, float]:
     unit = unit or ("ms" if timeline.source == "measured" else "units")
     return unit, (1e3 if unit == "ms" else 1.0)
@@ -109,12 +116,13 @@ def plot_schedules(timelines: Mapping[str, Timeline], unit: str | None = None) -
 def schedule_explorer(generators: Mapping[str, Callable[[int, int], list]],
                       last_run: Callable[[], Timeline | None] | None = None,
                       p: int = 4, m: int = 8) -> widgets.VBox:
-    """Pick a schedule generator (yours), p, m and the op times: its Gantt chart, bubble and
-    peak in-flight micro-batches; beside it, ``last_run()``'s measured timeline, if given.
+    """Pick a schedule generator (yours), p, m, the op times and M_W/M_B: its Gantt chart, bubble,
+    micro-batches between F and B and between F and W, and each stage's peak activations;
+    beside it, ``last_run()``'s measured timeline, if given.
 
     Errors (a generator that raises, a schedule that does not validate) show in red in
     place. Attributes: ``schedule``, ``p``, ``m``, ``t_f``, ``t_b``, ``t_w``, ``output``,
-    ``summary``, ``figure``, ``timeline`` (the last simulated one) and ``error``.
+    ``m_w``, ``summary``, ``figure``, ``timeline`` (the last simulated one) and ``error``.
     """
     names = list(generators)
     if not names:
@@ -126,10 +134,14 @@ def schedule_explorer(generators: Mapping[str, Callable[[int, int], list]],
     m_slider = widgets.IntSlider(value=m, min=1, max=16, description="micro-batches m", style=wide)
     times = [widgets.FloatSlider(value=1.0, min=0.0, max=3.0, step=0.1, description=label, style=wide)
              for label in ("T_F", "T_B", "T_W")]
+    # What a W keeps from B to W, over what B needs (Qi et al. 2024, Table 1): 0.28 for GPT-3
+    # 175B, 0.94 with attention recomputed.
+    m_w = widgets.FloatSlider(value=0.28, min=0.0, max=1.0, step=0.02, description="M_W / M_B", style=wide)
     out, summary = widgets.Output(), widgets.HTML()
-    controls = widgets.VBox([schedule, p_slider, m_slider, *times])
+    controls = widgets.VBox([schedule, p_slider, m_slider, *times, m_w])
     box = widgets.VBox([controls, out, summary])
     box.schedule, box.p, box.m, (box.t_f, box.t_b, box.t_w) = schedule, p_slider, m_slider, times
+    box.m_w = m_w
     box.output, box.summary = out, summary
     box.figure = box.error = box.timeline = None
 
@@ -144,11 +156,11 @@ def schedule_explorer(generators: Mapping[str, Callable[[int, int], list]],
             box.figure, box.error = plot_schedules(panels) if len(panels) > 1 else plot_schedule(
                 box.timeline, title=next(iter(panels))), None
             show_figure(out, box.figure)
-            summary.value = pre_html(_summary(box.timeline, "units", 1.0))
+            summary.value = pre_html(_summary(box.timeline, "units", 1.0) + _memory(box.timeline, m_w.value))
         except Exception as exc:  # the learner's generator failed: say so, keep the widget alive
             show_failure(box, out, summary, f"{name}({pp}, {mm})", exc)
 
-    for control in (schedule, p_slider, m_slider, *times):
+    for control in (schedule, p_slider, m_slider, *times, m_w):
         control.observe(redraw, names="value")
     redraw()
     return box

@@ -6,7 +6,10 @@ the issue's list: a loss not scaled by 1/m, a warm-up off by one, W before its B
 sending to each other with blocking sends (a deadlock the engine names), activations sent without
 a gradient path, a schedule that works only while m >= p; and the lazy versions a check must
 not let through: a receive inside an op's region, activations kept after their backward (the graph retained and referenced), an
-executor that ignores its schedule, weight gradients computed in B, W's not postponed.
+executor that ignores its schedule, weight gradients computed in B, W's not postponed, W's work
+done inside B, F and B device times swapped (caught only because the checks' op times differ), a
+deferred W that builds an autograd graph, and a weight kept through save_for_backward (breaks
+under the saved-tensor hooks that measure memory).
 """
 
 MUTANTS = {
@@ -463,6 +466,168 @@ def zb_h1_schedule(p, m):
         ops += [Op("W", i) for i in range(done_w, m)]
         schedule.append(ops)
     return schedule
+''',
+    },
+    'w_in_b': {  # W's work inside B with the right device times; W built as a graph
+        'executor': '''
+def run_schedule(stage, batch, times, ops, m, store):
+    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
+
+    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
+    every send before returning. Each op runs inside region(str(op), device_time=...).
+    Returns the step's loss as a float on the last rank, None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = split_batch(batch, m)
+    inputs, outputs, sends, total = {}, {}, [], 0.0
+    for kind, i in ops:
+        if kind == "F":
+            x, targets = micro[i]
+            if rank > 0:
+                x = torch.empty(x.shape[0], stage.in_features)
+                dist.recv(x, rank - 1)
+                x.requires_grad_()
+            with region(f"F{i}", device_time=times["F"]):
+                out = stage(x)
+                if last:
+                    out = F.mse_loss(out, targets) / m
+                    total += out.item()
+            inputs[i], outputs[i] = x, out
+            if not last:
+                sends.append(dist.isend(out.detach(), rank + 1))
+        elif kind in ("B", "BW"):
+            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive
+            grad = None
+            if not last:
+                grad = torch.empty_like(out)
+                dist.recv(grad, rank + 1)
+            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
+            with region(f"{kind}{i}", device_time=seconds):
+                torch.autograd.backward(out, grad)
+                store.flush(i)
+                store.pop(i)  # the weight gradients at once: W is left with nothing to do
+            if rank > 0:
+                sends.append(dist.isend(x.grad, rank - 1))
+            del out, x
+        else:  # "W"
+            with region(f"W{i}", device_time=times["W"]):
+                store.pop(i)
+    for work in sends:
+        work.wait()
+    return total if last else None
+''',
+        'split': '''
+def accumulate_grad(param, grad):
+    """param.grad += grad, creating param.grad when it is None."""
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+class SplitLinearFunction(torch.autograd.Function):
+    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, store):
+        ctx.save_for_backward(x)
+        ctx.weight, ctx.bias, ctx.store = weight, bias, store  # the parameters themselves
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        weight, bias = ctx.weight, ctx.bias
+
+        def weight_grad():  # W: runs when the schedule says, not now
+            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
+            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
+            if bias is not None:
+                accumulate_grad(bias, g.sum(0))
+
+        ctx.store.put(weight_grad)
+        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
+        return grad_x, None, None, None
+''',
+    },
+    'swapped_times': {  # F and B device times swapped; the weight kept through save_for_backward
+        'executor': '''
+def run_schedule(stage, batch, times, ops, m, store):
+    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
+
+    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
+    every send before returning. Each op runs inside region(str(op), device_time=...).
+    Returns the step's loss as a float on the last rank, None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = split_batch(batch, m)
+    inputs, outputs, sends, total = {}, {}, [], 0.0
+    for kind, i in ops:
+        if kind == "F":
+            x, targets = micro[i]
+            if rank > 0:
+                x = torch.empty(x.shape[0], stage.in_features)
+                dist.recv(x, rank - 1)
+                x.requires_grad_()
+            with region(f"F{i}", device_time=times["B"]):
+                out = stage(x)
+                if last:
+                    out = F.mse_loss(out, targets) / m
+                    total += out.item()
+            inputs[i], outputs[i] = x, out
+            if not last:
+                sends.append(dist.isend(out.detach(), rank + 1))
+        elif kind in ("B", "BW"):
+            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive
+            grad = None
+            if not last:
+                grad = torch.empty_like(out)
+                dist.recv(grad, rank + 1)
+            seconds = times["F"] + (times["W"] if kind == "BW" else 0.0)
+            with region(f"{kind}{i}", device_time=seconds):
+                torch.autograd.backward(out, grad)
+                store.flush(i)
+                if kind == "BW":
+                    store.pop(i)
+            if rank > 0:
+                sends.append(dist.isend(x.grad, rank - 1))
+            del out, x
+        else:  # "W"
+            with region(f"W{i}", device_time=times["W"]):
+                store.pop(i)
+    for work in sends:
+        work.wait()
+    return total if last else None
+''',
+        'split': '''
+def accumulate_grad(param, grad):
+    """param.grad += grad, creating param.grad when it is None."""
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+class SplitLinearFunction(torch.autograd.Function):
+    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, store):
+        ctx.save_for_backward(x, weight)
+        ctx.bias, ctx.store = bias, store
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        bias = ctx.bias
+
+        @torch.no_grad()  # a gradient, not a new graph: nothing may keep B's tensors alive after W
+        def weight_grad():  # W: runs when the schedule says, not now
+            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
+            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
+            if bias is not None:
+                accumulate_grad(bias, g.sum(0))
+
+        ctx.store.put(weight_grad)
+        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
+        return grad_x, None, None, None
 ''',
     },
 }

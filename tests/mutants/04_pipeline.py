@@ -9,7 +9,8 @@ not let through: a receive inside an op's region, activations kept after their b
 executor that ignores its schedule, weight gradients computed in B, W's not postponed, W's work
 done inside B, F and B device times swapped (caught only because the checks' op times differ), a
 deferred W that builds an autograd graph, and a weight kept through save_for_backward (breaks
-under the saved-tensor hooks that measure memory).
+under the saved-tensor hooks that measure memory), and every micro-batch's input and output kept
+until the step ends.
 """
 
 MUTANTS = {
@@ -628,6 +629,92 @@ class SplitLinearFunction(torch.autograd.Function):
         ctx.store.put(weight_grad)
         grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
         return grad_x, None, None, None
+''',
+    },
+    'kept_outputs': {  # every micro-batch's input and output kept until the step ends
+        'gpipe': '''
+def gpipe_step(stage, batch, times, m):
+    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.
+
+    batch: (inputs (b, d_in), targets (b, d_out)), split with split_batch(batch, m); only send
+    and recv. Returns the step's loss (sum of the m scaled losses) as a float on the last rank,
+    None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    inputs, outputs, total = [], [], 0.0
+    for i, (x, targets) in enumerate(split_batch(batch, m)):
+        if rank > 0:
+            x = torch.empty(x.shape[0], stage.in_features)
+            dist.recv(x, rank - 1)
+            x.requires_grad_()
+        with region(f"F{i}", device_time=times["F"]):
+            out = stage(x)
+            if last:
+                out = F.mse_loss(out, targets) / m  # the m scaled losses add up to the batch's mean
+                total += out.item()
+        if not last:
+            dist.send(out.detach(), rank + 1)
+        inputs.append(x)
+        outputs.append(out)
+    for i in range(m):
+        grad = None
+        if not last:
+            grad = torch.empty_like(outputs[i])
+            dist.recv(grad, rank + 1)
+        with region(f"BW{i}", device_time=times["B"] + times["W"]):
+            outputs[i].backward(grad)
+        if rank > 0:
+            dist.send(inputs[i].grad, rank - 1)
+    return total if last else None
+''',
+        'executor': '''
+def run_schedule(stage, batch, times, ops, m, store):
+    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
+
+    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
+    every send before returning. Each op runs inside region(str(op), device_time=...).
+    Returns the step's loss as a float on the last rank, None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = split_batch(batch, m)
+    inputs, outputs, sends, total = {}, {}, [], 0.0
+    for kind, i in ops:
+        if kind == "F":
+            x, targets = micro[i]
+            if rank > 0:
+                x = torch.empty(x.shape[0], stage.in_features)
+                dist.recv(x, rank - 1)
+                x.requires_grad_()
+            with region(f"F{i}", device_time=times["F"]):
+                out = stage(x)
+                if last:
+                    out = F.mse_loss(out, targets) / m
+                    total += out.item()
+            inputs[i], outputs[i] = x, out
+            if not last:
+                sends.append(dist.isend(out.detach(), rank + 1))
+        elif kind in ("B", "BW"):
+            out, x = outputs[i], inputs[i]  # kept in the dicts until the step ends
+            grad = None
+            if not last:
+                grad = torch.empty_like(out)
+                dist.recv(grad, rank + 1)
+            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
+            with region(f"{kind}{i}", device_time=seconds):
+                torch.autograd.backward(out, grad)
+                store.flush(i)
+                if kind == "BW":
+                    store.pop(i)
+            if rank > 0:
+                sends.append(dist.isend(x.grad, rank - 1))
+        else:  # "W"
+            with region(f"W{i}", device_time=times["W"]):
+                store.pop(i)
+    for work in sends:
+        work.wait()
+    return total if last else None
 ''',
     },
 }

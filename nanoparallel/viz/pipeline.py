@@ -76,8 +76,8 @@ def plot_schedule(timeline: Timeline, ax=None, title: str | None = None, unit: s
             x, w = (a - t0) * scale, (b - a) * scale
             ax.add_patch(Rectangle((x, s - 0.38), w, 0.76, facecolor=KIND_COLORS[op.kind],
                                    edgecolor="white", linewidth=0.6, gid=op.kind))
-            # "B3" where it fits, else just "3": the kind's letter tells teal B from blue F
-            label = str(op) if w > total * scale / 32 else str(op.mb) if w > total * scale / 60 else ""
+            # "B3" where it fits, else just "3" (or "3'" for a second chunk): the colour tells B from F
+            label = str(op) if w > total * scale / 32 else str(op)[len(op.kind):] if w > total * scale / 60 else ""
             ax.text(x + w / 2, s, label, ha="center", va="center", fontsize=7.5,
                     color="white" if op.kind != "W" else "black")
         if measured and s < len(timeline.comm):

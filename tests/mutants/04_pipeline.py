@@ -9,8 +9,8 @@ not let through: a receive inside an op's region, activations kept after their b
 executor that ignores its schedule, weight gradients computed in B, W's not postponed, W's work
 done inside B, F and B device times swapped (caught only because the checks' op times differ), a
 deferred W that builds an autograd graph, and a weight kept through save_for_backward (breaks
-under the saved-tensor hooks that measure memory), and every micro-batch's input and output kept
-until the step ends.
+under the saved-tensor hooks that measure memory), every micro-batch's input and output kept
+until the step ends, and a layer input kept on ctx out of the memory count's sight.
 """
 
 MUTANTS = {
@@ -631,7 +631,38 @@ class SplitLinearFunction(torch.autograd.Function):
         return grad_x, None, None, None
 ''',
     },
-    'kept_outputs': {  # every micro-batch's input and output kept until the step ends
+    'kept_outputs': {  # every micro-batch's input and output kept until the step ends; x kept on ctx, not saved for backward
+        'split': '''
+def accumulate_grad(param, grad):
+    """param.grad += grad, creating param.grad when it is None."""
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+class SplitLinearFunction(torch.autograd.Function):
+    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, store):
+        ctx.x = x  # kept on ctx, out of autograd's sight
+        ctx.weight, ctx.bias, ctx.store = weight, bias, store
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x = ctx.x
+        weight, bias = ctx.weight, ctx.bias
+
+        @torch.no_grad()  # a gradient, not a new graph: nothing may keep B's tensors alive after W
+        def weight_grad():  # W: runs when the schedule says, not now
+            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
+            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
+            if bias is not None:
+                accumulate_grad(bias, g.sum(0))
+
+        ctx.store.put(weight_grad)
+        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
+        return grad_x, None, None, None
+''',
         'gpipe': '''
 def gpipe_step(stage, batch, times, m):
     """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.

@@ -464,4 +464,48 @@ def ep_moe_layer(shard, x, noise=None):
     return y, load_balancing_loss(probs, experts, alpha=1.0)
 ''',
     },
+    # Self-drawn noise from the wrong distribution: uniform on [0, 1) (rand for randn).
+    'noise_uniform': {
+        'gating': '''
+def gate_logits(x, w_gate, w_noise=None, noise=None):
+    logits = x @ w_gate
+    if w_noise is not None:
+        if noise is None:
+            noise = torch.rand(logits.shape, dtype=logits.dtype)
+        logits = logits + noise * F.softplus(x @ w_noise)
+    return logits
+
+
+def top_k_gating(logits, k, softmax_first=False):
+    probs = logits.softmax(dim=-1)
+    if softmax_first:
+        weights, experts = probs.topk(k, dim=-1)
+    else:
+        top, experts = logits.topk(k, dim=-1)
+        weights = top.softmax(dim=-1)
+    return weights, experts, probs
+''',
+    },
+    # One draw per expert, shared by every token.
+    'noise_shared_by_tokens': {
+        'gating': '''
+def gate_logits(x, w_gate, w_noise=None, noise=None):
+    logits = x @ w_gate
+    if w_noise is not None:
+        if noise is None:
+            noise = torch.randn(logits.shape[-1], dtype=logits.dtype)
+        logits = logits + noise * F.softplus(x @ w_noise)
+    return logits
+
+
+def top_k_gating(logits, k, softmax_first=False):
+    probs = logits.softmax(dim=-1)
+    if softmax_first:
+        weights, experts = probs.topk(k, dim=-1)
+    else:
+        top, experts = logits.topk(k, dim=-1)
+        weights = top.softmax(dim=-1)
+    return weights, experts, probs
+''',
+    },
 }

@@ -108,8 +108,9 @@ def wrap_graded(source: str, nonce: str) -> str:
     that it reached its end. Its checks run as the body of a function that is called at once and
     never bound to a name, so that what they bind while they run (a loop's expected value) is a
     local variable, out of reach of the functions they call except through frames, which the guard
-    watches. When the checks end, their names reach the notebook, as a cell's would (when they
-    fail, the guard copies them; a `finally` here would make tracebacks point at itself)."""
+    watches. When the checks end, the names their visible part binds reach the notebook, as a
+    cell's would; what only the hidden tests bind does not (`exported_names`). When they fail, the
+    guard copies the same names (a `finally` here would make tracebacks point at itself)."""
     text = _transform(source).rstrip("\n") or "pass"
     declared = sorted({name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Global)
                        for name in node.names})
@@ -119,9 +120,37 @@ def wrap_graded(source: str, nonce: str) -> str:
              f"    def {GRADED_FUNCTION}():",
              *([f"        global {', '.join(declared)}"] if declared else []),
              body,
-             "        globals().update(locals())",
+             f"        globals().update((k, v) for k, v in locals().items() if k in {sorted(exported_names(source))!r})",
              f'    __import__("sys").audit("nanoparallel.graded_end", "{nonce}")', ""]
     return "\n".join(lines)
+
+
+def exported_names(source: str) -> set[str]:
+    """The names a graded cell leaves in the notebook: those its visible checks bind and its hidden
+    tests do not. What the hidden tests bind (a reference implementation, a helper, the last
+    expected value of a loop they share with the visible checks) stays inside the checks, out of
+    reach of the answers that run after them."""
+    hidden, inside = set(), False
+    for number, line in enumerate(source.splitlines(), start=1):
+        inside = inside or HIDDEN_BEGIN in line
+        if inside:
+            hidden.add(number)
+        inside = inside and HIDDEN_END not in line
+    try:
+        tree = ast.parse(_transform(source))
+    except SyntaxError:
+        return set()
+    bound_in_hidden = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) not in hidden:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound_in_hidden.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound_in_hidden.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound_in_hidden.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return bound_names("".join(shown_lines(source))) - bound_in_hidden
 
 
 def graded_run_request(nonce: str) -> str:
@@ -224,6 +253,7 @@ def plan_for(nb, key: bytes, records_fd: int, source_nb) -> tuple[dict, dict]:
                         "source": source}
         if kind == "graded":
             cells[nonce]["shown"] = shown_lines(source)
+            cells[nonce]["exports"] = sorted(exported_names(cell.source))
         wrapped[index] = (nonce, kind, graded_run_request(nonce) if kind == "graded" else source)
     exempt = defined_by_submission - defined_by_course - set(dir(builtins))
     plan = {"key": key.hex(), "records_fd": records_fd, "cells": cells, "exempt": sorted(exempt),

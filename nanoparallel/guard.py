@@ -385,13 +385,14 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         try:
             _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
         except BaseException as exc:
-            # The checks run as a function's body (guarded_execute.wrap_graded): what they bound
-            # before they failed reaches the notebook, as it would from a cell.
+            # The checks run as a function's body (guarded_execute.wrap_graded): what their visible
+            # part bound before they failed reaches the notebook, as it would from a cell.
             tb = exc.__traceback__
             while tb is not None:
                 frame = tb.tb_frame
                 if frame.f_code.co_name == GRADED_FUNCTION and frame.f_globals is user_ns:
-                    user_ns.update(frame.f_locals)
+                    exports = set(cell.get("exports", ()))  # what the visible checks bind, no more
+                    user_ns.update((k, v) for k, v in frame.f_locals.items() if k in exports)
                     break
                 tb = tb.tb_next
             raise

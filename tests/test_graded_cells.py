@@ -51,13 +51,25 @@ def test_a_traceback_shows_the_visible_checks_only():
     assert len(lines) == len(wrap_graded(CHECKS, "n").splitlines())  # line numbers still match
 
 
-def test_what_the_checks_bind_is_no_global_while_they_run_and_reaches_the_notebook_after():
+def test_what_the_checks_bind_is_no_global_while_they_run_and_only_the_visible_part_s_after():
     seen = []
     ns = {"f": lambda x: seen.append(ns.get("want")) or 2 * x}
-    exec(compile(wrap_graded(CHECKS, "n"), "graded-cell.py", "exec"), ns)
+    source = CHECKS.replace('"""Checks f."""\n', '"""Checks f."""\ndef _shown(x):\n    return x\n').replace(
+        "### BEGIN HIDDEN TESTS\n", "### BEGIN HIDDEN TESTS\nclass _Reference:\n    pass\n")
+    exec(compile(wrap_graded(source, "n"), "graded-cell.py", "exec"), ns)
     assert seen and set(seen) == {None}, f"the answer saw the checks' expected values: {seen}"
-    assert ns["want"] == -6 and ns["x"] == -3
+    assert "_shown" in ns  # bound by the visible checks only: reaches the notebook, as a cell's would
+    # Bound by the hidden tests (a reference, a loop's last expected value): stays inside the checks,
+    # out of reach of the answers that run later.
+    assert "_Reference" not in ns and "want" not in ns and "x" not in ns
     assert ns["_nanoparallel_graded_cell"] is None  # the function itself was never bound
+
+
+def test_the_guard_copies_the_same_names_when_the_checks_fail():
+    nb = _notebook()
+    plan, _ = plan_for(nb, b"k" * 32, 3, nb)
+    graded = next(cell for cell in plan["cells"].values() if cell["kind"] == "graded")
+    assert graded["exports"] == []  # `x` and `want` are bound by the hidden tests too
 
 
 def test_names_declared_global_by_the_checks_helpers_stay_global():

@@ -7,8 +7,6 @@ which torch.distributed calls were made, with which peers, and how many bytes mo
 from __future__ import annotations
 
 import math
-import os
-import sys
 from typing import Callable, Iterable
 
 import torch
@@ -184,27 +182,3 @@ def assert_all_waited(trace: Trace) -> None:
         e = stray[0]
         raise AssertionError(f"rank {e.rank}: {e.describe()} was never waited on; call .wait() on the "
                              f"work it returns ({len(stray)} such call(s) in total)")
-
-
-_ENGINE_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
-
-
-def assert_no_engine_calls(fn: Callable, *args, name: str = "", **kwargs):
-    """Call fn(*args, **kwargs) and fail if it calls any function of the engine (this package):
-    an exercise that asks for a formula is answered by computing it, not by asking the engine's
-    cost model or byte counters. Returns fn's result."""
-    called: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call" and not called and os.path.realpath(frame.f_code.co_filename).startswith(_ENGINE_DIR):
-            called.append(f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}")
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        result = fn(*args, **kwargs)
-    finally:
-        sys.setprofile(previous)
-    assert not called, (f"{name or getattr(fn, '__name__', 'your function')} calls the engine's {called[0]}: "
-                        f"work the formula out yourself instead of asking the engine for it")
-    return result

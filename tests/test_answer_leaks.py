@@ -548,19 +548,23 @@ def search(assignment: str) -> dict:
     return report
 
 
-def _search_in_subprocess(assignment: str) -> dict:
-    done = subprocess.run([sys.executable, __file__, assignment], cwd=ROOT, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=600)
-    assert done.returncode == 0, f"the search of {assignment} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
+_SEARCHES: dict[str, subprocess.Popen] = {}
 _REPORTS: dict[str, dict] = {}
 
 
 def _report(assignment: str) -> dict:
+    """The findings of the search of `assignment`; the first call starts the searches of every
+    notebook at once, each in a subprocess of its own."""
+    if not _SEARCHES:
+        for name in ASSIGNMENTS:
+            _SEARCHES[name] = subprocess.Popen([sys.executable, __file__, name], cwd=ROOT, text=True,
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE)
     if assignment not in _REPORTS:
-        _REPORTS[assignment] = _search_in_subprocess(assignment)
+        stdout, stderr = _SEARCHES[assignment].communicate(timeout=900)
+        assert _SEARCHES[assignment].returncode == 0, (
+            f"the search of {assignment} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}")
+        _REPORTS[assignment] = json.loads(stdout.strip().splitlines()[-1])
     return _REPORTS[assignment]
 
 

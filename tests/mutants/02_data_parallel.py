@@ -258,12 +258,6 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
                                    server="(world_size - 1) * n * 2"),  # up and down added together
         "memory": memory(master='2 if master_weights and param_dtype != "fp32" else 0'),  # a bf16 "master" copy
     },
-    "asks_the_cost_model": {
-        # calls the engine's cost model for the ring all-reduce's bytes instead of working them out
-        "comm_bytes": "from nanoparallel import cost\n" + _COMM.format(
-            ddp='cost.busiest_rank_bytes("all_reduce", n_params * bytes_per_elem, world_size)',
-            server="(world_size - 1) * n"),
-    },
     "buckets_in_forward_order": {
         # buckets filled first layer first: bucket 0 completes only with backward's last gradient, so
         # every launch comes from the last hook, inside backward yet with nothing left to hide under

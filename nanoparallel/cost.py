@@ -63,7 +63,7 @@ class Link:
         return self.latency + _as_bytes(nbytes) / self.bandwidth
 
 
-# Order-of-magnitude presets, as in the course text: ~400 GB/s per GPU inside a node (between
+# Order-of-magnitude presets: a round ~400 GB/s per GPU inside a node (between
 # an A100's 300 and an H100's 450; per generation: ACCELERATORS[...].nvlink) against
 # ~25-50 GB/s between nodes. That gap of ~10x is what decides where each parallelism goes;
 # the exact numbers vary by system and message size.
@@ -85,9 +85,9 @@ class Accelerator:
 
 
 # NVLink per GPU and direction grows by generation: NVLink 3 (A100) 300 GB/s, NVLink 4 (H100,
-# H200) 450 GB/s, NVLink 5 (B200) 900 GB/s. LINKS["nvlink"] keeps the course text's round 400.
+# H200) 450 GB/s, NVLink 5 (B200) 900 GB/s. LINKS["nvlink"] keeps a round 400.
 ACCELERATORS: dict[str, Accelerator] = {
-    "B200": Accelerator("NVIDIA B200", flops=2.25e15, memory=192e9, nvlink=900e9),   # the course text's GPU
+    "B200": Accelerator("NVIDIA B200", flops=2.25e15, memory=192e9, nvlink=900e9),   # notebook 00's GPU
     "H100": Accelerator("NVIDIA H100 SXM", flops=989e12, memory=80e9, nvlink=450e9),
     "H200": Accelerator("NVIDIA H200 SXM", flops=989e12, memory=141e9, nvlink=450e9),
     "A100": Accelerator("NVIDIA A100 SXM", flops=312e12, memory=80e9, nvlink=300e9),

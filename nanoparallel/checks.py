@@ -182,3 +182,55 @@ def assert_all_waited(trace: Trace) -> None:
         e = stray[0]
         raise AssertionError(f"rank {e.rank}: {e.describe()} was never waited on; call .wait() on the "
                              f"work it returns ({len(stray)} such call(s) in total)")
+
+
+def assert_derived(fn: Callable, module, what: str) -> None:
+    """`fn` computes its answer itself: neither it nor a function of the notebook it calls names
+    one of `module`'s functions (e.g. the engine's cost model, which knows a collective's bytes).
+    Read from the code, not run: names reached through the function's globals, its closure and
+    the attribute names its code uses, in its nested code too."""
+    import types
+    own = {name for name, value in vars(module).items()
+           if callable(value) and getattr(value, "__module__", None) == module.__name__ and not name.startswith("_")}
+    seen: set[int] = set()
+
+    def codes(code):
+        yield code
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from codes(const)
+
+    def visit(f) -> str | None:
+        if id(f) in seen or not isinstance(f, types.FunctionType):
+            return None
+        seen.add(id(f))
+        cells = [c.cell_contents for c in f.__closure__ or () if _filled(c)]
+        for code in codes(f.__code__):
+            for name in code.co_names + code.co_freevars:
+                value = f.__globals__.get(name, None)
+                if value is module or getattr(value, "__module__", None) == module.__name__:
+                    return name
+                if name in own and not isinstance(value, types.FunctionType):
+                    return name  # an attribute: module.function
+                found = visit(value)
+                if found:
+                    return found
+        for value in cells:
+            if value is module or getattr(value, "__module__", None) == module.__name__:
+                return getattr(value, "__name__", repr(value))
+            found = visit(value)
+            if found:
+                return found
+        return None
+
+    found = getattr(fn, "__name__", "it") if getattr(fn, "__module__", None) == module.__name__ else visit(fn)
+    assert found is None, (f"{what} uses {module.__name__}'s {found}: this exercise asks you to derive the "
+                           f"answer, not to look it up in the engine")
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True

@@ -2,7 +2,7 @@
 student's reach is tried in place of each exercise function, and one that passes the exercise's
 checks (visible and hidden) is a leak.
 
-    python -m pytest tests/test_answer_leaks.py            (a few seconds a notebook, no cluster)
+    python -m pytest tests/test_answer_leaks.py            (about 100 s in all, no cluster)
     python tests/test_answer_leaks.py 04_pipeline          (the search's findings as JSON;
         --profile: each candidate as it is tried; --only=WORD: only candidates named with WORD)
 
@@ -69,6 +69,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The notebooks searched; a later issue adds 06_moe and 07_3d_parallelism.
+# Reads and runs the notebooks' checks in subprocesses (about 100 s): with the notebook tests.
+pytestmark = pytest.mark.notebooks
+
 ASSIGNMENTS = ("02_data_parallel", "04_pipeline", "05_tensor_parallel")
 # The exercises with a function the search must reach, per notebook: a guard against a search
 # that silently tries nothing (a check cell renamed, every statement judged to need ranks).

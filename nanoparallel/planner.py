@@ -8,7 +8,11 @@ learner's; `search` only enumerates plans and ranks them with the functions it i
 GPT-NeoX-20B (Black et al. 2022): 44 layers, hidden 6144, 64 heads, a 50,432-token vocabulary
 (the embedding matrix, padded), 2048-token sequences, trained on 12 machines of 8
 A100-SXM4-40GB with TP = 2, PP = 4, DP = 12, ZeRO-1, micro-batches of 4 and 32 accumulation
-steps (1536 sequences per step; the paper rounds to ~3.15M tokens, 1538 sequences).
+steps (1536 sequences per step; the paper rounds to ~3.15M tokens, 1538 sequences). Its section 3
+reports 117 TFLOP/s per GPU; the preset's `hfu` is that over the A100's 312 TFLOP/s.
+
+Ranks are laid out with PP outermost and TP innermost (Megatron's tp-dp-pp order, DeepSpeed's
+pipe, data, model axes): rank = (i_p * dp + i_d) * tp + i_t.
 """
 from __future__ import annotations
 
@@ -39,7 +43,8 @@ class ClusterSpec:
     gpus_per_machine: int
     memory: float             # bytes per GPU
     flops: float              # peak dense bf16/fp16 FLOP/s per GPU
-    mfu: float                # the fraction of peak the matmuls reach
+    hfu: float                # hardware FLOPs utilisation: the fraction of peak FLOP/s executed,
+                              # recomputed FLOPs included (8 Psi per token with recomputation)
     nvlink: float             # bytes/s per GPU per direction, inside a machine
     nvlink_latency: float     # seconds
     ib_per_machine: float     # bytes/s per direction, all of a machine's HCAs together
@@ -88,8 +93,9 @@ class Ranked:
 NEOX_20B = ModelSpec("GPT-NeoX-20B", n_layer=44, hidden=6144, heads=64, vocab=50432, seq=2048)
 # 12 Supermicro AS-4124GO-NART: 8 A100-SXM4-40GB each (312 TFLOP/s bf16, NVLink 3 at 300 GB/s
 # per direction), four 200 Gb/s HDR ConnectX-6 HCAs per machine (4 x 25 GB/s).
+# hfu: 117 TFLOP/s per GPU reported (Black et al. 2022, section 3) over the A100's 312 TFLOP/s.
 NEOX_CLUSTER = ClusterSpec("12 x 8 A100-40GB", machines=12, gpus_per_machine=8, memory=40e9, flops=312e12,
-                           mfu=0.5, nvlink=300e9, nvlink_latency=3e-6, ib_per_machine=100e9, ib_latency=5e-6)
+                           hfu=117 / 312, nvlink=300e9, nvlink_latency=3e-6, ib_per_machine=100e9, ib_latency=5e-6)
 NEOX_PLAN = Plan(tp=2, pp=4, dp=12, zero=1, micro_batch=4, n_micro=32, recompute=True)
 
 MODELS = {m.name: m for m in (
@@ -99,7 +105,7 @@ MODELS = {m.name: m for m in (
 )}
 CLUSTERS = {c.name: c for c in (
     NEOX_CLUSTER,
-    ClusterSpec("64 x 8 H100-80GB", machines=64, gpus_per_machine=8, memory=80e9, flops=989e12, mfu=0.4,
+    ClusterSpec("64 x 8 H100-80GB", machines=64, gpus_per_machine=8, memory=80e9, flops=989e12, hfu=0.4,
                 nvlink=450e9, nvlink_latency=3e-6, ib_per_machine=400e9, ib_latency=5e-6),
 )}
 
@@ -112,7 +118,11 @@ def candidate_plans(model: ModelSpec, cluster: ClusterSpec, global_batch: int,
                     micro_batches=(1, 2, 4, 8, 16)) -> list[Plan]:
     """Every plan that uses all the GPUs and divides the work evenly: TP a power of two dividing
     the heads, PP dividing the layers, DP the rest; a micro-batch size dividing each replica's
-    share of the global batch; every ZeRO stage; with and without recomputation."""
+    share of the global batch; every ZeRO stage; with and without recomputation. ZeRO-2 and
+    ZeRO-3 only without a pipeline: sharded gradients need a reduce-scatter after every
+    micro-batch, and ZeRO-3 gathers the parameters again for every micro-batch, so DeepSpeed's
+    pipeline engine refuses both ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+    which is why GPT-NeoX-20B used ZeRO-1."""
     plans = []
     for tp in (d for d in _divisors(cluster.gpus) if d & (d - 1) == 0 and model.heads % d == 0):
         for pp in (d for d in _divisors(model.n_layer) if (cluster.gpus // tp) % d == 0):
@@ -120,7 +130,7 @@ def candidate_plans(model: ModelSpec, cluster: ClusterSpec, global_batch: int,
             if global_batch % dp:
                 continue
             for b in (b for b in micro_batches if (global_batch // dp) % b == 0):
-                for zero in range(4):
+                for zero in (range(4) if pp == 1 else range(2)):
                     for recompute in (False, True):
                         plans.append(Plan(tp, pp, dp, zero, b, global_batch // (dp * b), recompute))
     return plans

@@ -11,6 +11,7 @@ def test_neox_as_published():
     assert NEOX_20B.params == 12 * 44 * 6144 ** 2 + 2 * 50432 * 6144        # ~20.55 B; the model card: 20,556,201,984
     assert abs(NEOX_20B.params - 20_556_201_984) / 20_556_201_984 < 1e-3
     assert NEOX_CLUSTER.gpus == 96 and NEOX_CLUSTER.ib_per_gpu == 12.5e9
+    assert NEOX_CLUSTER.hfu * NEOX_CLUSTER.flops == pytest.approx(117e12)   # Black et al. 2022, section 3
     p = NEOX_PLAN
     assert (p.tp, p.pp, p.dp, p.zero, p.micro_batch, p.n_micro) == (2, 4, 12, 1, 4, 32)
     assert p.tp * p.pp * p.dp == NEOX_CLUSTER.gpus and p.dp * p.micro_batch * p.n_micro == 1536
@@ -25,12 +26,13 @@ def test_candidates_use_every_gpu_and_divide_the_work():
         assert p.tp * p.pp * p.dp == 96 and 64 % p.tp == 0 and 44 % p.pp == 0
         assert p.dp * p.micro_batch * p.n_micro == 1536
     assert {p.zero for p in plans} == {0, 1, 2, 3} and {p.recompute for p in plans} == {False, True}
+    assert all(p.zero <= 1 for p in plans if p.pp > 1)   # DeepSpeed refuses ZeRO-2/3 with a pipeline
     assert max(p.tp for p in plans) == 32          # powers of two dividing the 64 heads and the 96 GPUs
 
 
 def test_search_keeps_what_fits_fastest_first_lower_zero_on_ties():
     model = ModelSpec("m", n_layer=4, hidden=8, heads=4, vocab=8, seq=4)
-    cluster = ClusterSpec("c", machines=1, gpus_per_machine=4, memory=100.0, flops=1.0, mfu=1.0, nvlink=1.0,
+    cluster = ClusterSpec("c", machines=1, gpus_per_machine=4, memory=100.0, flops=1.0, hfu=1.0, nvlink=1.0,
                           nvlink_latency=0.0, ib_per_machine=1.0, ib_latency=0.0)
     memory = lambda m, p: {"all": 40.0 * p.tp + (0 if p.recompute else 30)}     # tp = 4 never fits
     time = lambda m, c, p: {"t": 10.0 / p.tp + p.pp + p.micro_batch}            # ZeRO stages tie

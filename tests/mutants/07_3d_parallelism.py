@@ -1,21 +1,29 @@
 """Plausible wrong answers for 07_3d_parallelism. Each mutant replaces whole solution cells (keyed by
 grade_id); the graded cell ``<grade_id>_tests`` of every replaced cell must then lose points.
 
-The issue's list: TP as the outermost mesh axis; DP gradients synchronised after every
-micro-batch (right values, m times the bytes); gradients synchronised across the wrong group; a
-planner that ignores pipeline in-flight activations, or lets TP cross machines without paying
-InfiniBand. And more: PP and DP groups swapped, no ValueError for bad shapes, the DP average
-without its 1/d, TP bytes of the forward only, DP bytes of half an all-reduce, both directions
-counted on end stages, ZeRO-1 sharding gradients, recomputation ignored in memory or in time,
-GPipe's bubble convention (p-1)/(m+p-1) where the course uses (p-1)/m.
+The first three replace every exercise: TP as the outermost mesh axis; DP gradients synchronised
+after every micro-batch (right values, m times the bytes); gradients synchronised across the wrong
+group; a planner that ignores pipeline in-flight activations, or lets TP cross machines without
+paying InfiniBand; PP and DP groups swapped, no ValueError for bad shapes, the DP average without
+its 1/d, TP bytes of the forward only, DP bytes of half an all-reduce, both directions counted on
+end stages, ZeRO-1 sharding gradients, recomputation ignored in memory or in time, GPipe's bubble
+convention (p-1)/(m+p-1) where the course uses (p-1)/m.
+
+The rest replace one exercise each, for checks that once passed them: a product of the degrees
+smaller than the world size accepted; the mesh laid out with DP outermost; a loss scaled
+wrongly; gradients m times too large (Adam hides the scale, SGD does not);
+the replica's rows run as one micro-batch (the same mean gradient, the wrong schedule); and the
+planner's physics: recomputation without the recomputed layer's working set or without its TP
+all-reduces, ZeRO-2/3 charged once per step instead of per micro-batch, links priced from a
+DP-outermost layout.
 """
 
 MUTANTS = {
     'wrong_axes': {
         'mesh': '''
 def mesh_groups(world_size, dp, pp, tp):
-    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (dp, pp, tp)
-    grid with TP innermost."""
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
+    grid: PP outermost, TP innermost."""
     for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"{name} must be a positive integer, got {n!r}")
@@ -31,6 +39,7 @@ def mesh_groups(world_size, dp, pp, tp):
                                          "pp": [rank(d, j, t) for j in range(pp)],
                                          "dp": [rank(j, p, t) for j in range(dp)]}
     return groups
+    ### END SOLUTION
 ''',
         'step_3d': '''
 def train_step_3d(stage, batch, mesh, n_micro):
@@ -63,6 +72,7 @@ def train_step_3d(stage, batch, mesh, n_micro):
             dist.all_reduce(new, group=group)
             q.grad = old + new / dp
     return sum(out.item() for out in outputs) if p == pp - 1 else None
+    ### END SOLUTION
 ''',
         'bytes': '''
 def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
@@ -79,6 +89,7 @@ def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
 def dp_bytes(n_params, dp, bytes_per_value=4):
     """Bytes a rank sends per step averaging its gradients over its DP group."""
     return 2 * (dp - 1) / dp * n_params * bytes_per_value
+    ### END SOLUTION
 ''',
         'memory': '''
 def memory_per_gpu(model, plan):
@@ -88,45 +99,55 @@ def memory_per_gpu(model, plan):
     parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
     gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
     optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
-    s, b, h, a = model.seq, plan.micro_batch, model.hidden, model.heads
-    per_layer = 2 * s * b * h / plan.tp if plan.recompute else s * b * h * (34 + 5 * a * s / h) / plan.tp
-    activations = model.n_layer / plan.pp * per_layer  # one micro-batch in flight
+    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
+    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
+    held = model.n_layer / plan.pp   # one micro-batch in flight
+    if plan.recompute:   # each layer's input kept, plus one layer's working set while it is recomputed
+        activations = held * 2 * s * b * h / t + whole_layer
+    else:
+        activations = held * whole_layer
     return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+    ### END SOLUTION
 ''',
         'time': '''
 def step_time(model, cluster, plan):
     """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    def link(ranks):
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+
+    def link(span):   # a group whose ranks lie within `span` consecutive ranks
         return cluster.nvlink, cluster.nvlink_latency  # everything on NVLink
 
-    def ring_all_reduce(nbytes, ranks, bandwidth, latency):
-        return 0.0 if ranks == 1 else 2 * (ranks - 1) * latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
+        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
 
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-    gpus = tp * pp * dp
+    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
+    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
     tokens = dp * m * b * model.seq
-    compute = (8 if plan.recompute else 6) * model.params * tokens / (gpus * cluster.flops * cluster.mfu)
+    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
     activation = 2 * model.seq * b * model.hidden
-    bandwidth, latency = link(tp * pp)
+    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
     grads = 2 * model.params / (tp * pp)
-    return {"compute": compute,
+    one = half_ring(grads, dp, *dp_link)
+    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
+    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
             "bubble": (pp - 1) / m * compute,
-            "tp": model.n_layer / pp * m * 4 * ring_all_reduce(activation, tp, *link(tp)),
-            "pp": 2 * m * (latency + activation / bandwidth) if pp > 1 else 0.0,
-            "dp": ring_all_reduce(grads, dp, *link(gpus)) * (1.5 if plan.zero == 3 else 1.0)}
+            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
+            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
+            "dp": collectives * one}
+    ### END SOLUTION
 ''',
     },
     'wrong_groups': {
         'mesh': '''
 def mesh_groups(world_size, dp, pp, tp):
-    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (dp, pp, tp)
-    grid with TP innermost."""
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
+    grid: PP outermost, TP innermost."""
     for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"{name} must be a positive integer, got {n!r}")
     if dp * pp * tp != world_size:
         raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
-    rank = lambda d, p, t: (d * pp + p) * tp + t
+    rank = lambda d, p, t: (p * dp + d) * tp + t
     groups = {}
     for d in range(dp):
         for p in range(pp):
@@ -136,6 +157,7 @@ def mesh_groups(world_size, dp, pp, tp):
                                          "pp": [rank(j, p, t) for j in range(dp)],
                                          "dp": [rank(d, j, t) for j in range(pp)]}
     return groups
+    ### END SOLUTION
 ''',
         'step_3d': '''
 def train_step_3d(stage, batch, mesh, n_micro):
@@ -166,6 +188,7 @@ def train_step_3d(stage, batch, mesh, n_micro):
         dist.all_reduce(param.grad, group=group)
         param.grad /= dp
     return sum(out.item() for out in outputs) if p == pp - 1 else None
+    ### END SOLUTION
 ''',
         'bytes': '''
 def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
@@ -182,6 +205,7 @@ def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
 def dp_bytes(n_params, dp, bytes_per_value=4):
     """Bytes a rank sends per step averaging its gradients over its DP group."""
     return (dp - 1) / dp * n_params * bytes_per_value
+    ### END SOLUTION
 ''',
         'memory': '''
 def memory_per_gpu(model, plan):
@@ -191,42 +215,52 @@ def memory_per_gpu(model, plan):
     parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
     gradients = 2 * psi / (dp if plan.zero >= 1 else 1)
     optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
-    s, b, h, a = model.seq, plan.micro_batch, model.hidden, model.heads
-    per_layer = 2 * s * b * h / plan.tp if plan.recompute else s * b * h * (34 + 5 * a * s / h) / plan.tp
-    activations = model.n_layer / plan.pp * min(plan.pp, plan.n_micro) * per_layer
+    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
+    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
+    held = model.n_layer / plan.pp * min(plan.pp, plan.n_micro)   # layers x micro-batches in flight
+    if plan.recompute:   # each layer's input kept, plus one layer's working set while it is recomputed
+        activations = held * 2 * s * b * h / t + whole_layer
+    else:
+        activations = held * whole_layer
     return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+    ### END SOLUTION
 ''',
         'time': '''
 def step_time(model, cluster, plan):
     """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    def link(ranks):
-        if ranks <= cluster.gpus_per_machine:
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+
+    def link(span):   # a group whose ranks lie within `span` consecutive ranks
+        if span <= cluster.gpus_per_machine:
             return cluster.nvlink, cluster.nvlink_latency
         return cluster.ib_per_gpu, cluster.ib_latency
 
-    def ring_all_reduce(nbytes, ranks, bandwidth, latency):
-        return 0.0 if ranks == 1 else 2 * (ranks - 1) * latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
+        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
 
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-    gpus = tp * pp * dp
+    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
+    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
     tokens = dp * m * b * model.seq
-    compute = (8 if plan.recompute else 6) * model.params * tokens / (gpus * cluster.flops * cluster.mfu)
+    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
     activation = 2 * model.seq * b * model.hidden
-    bandwidth, latency = link(tp * pp)
+    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
     grads = 2 * model.params / (tp * pp)
-    return {"compute": compute,
+    one = half_ring(grads, dp, *dp_link)
+    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
+    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
             "bubble": (pp - 1) / (m + pp - 1) * compute,
-            "tp": model.n_layer / pp * m * 4 * ring_all_reduce(activation, tp, *link(tp)),
-            "pp": 2 * m * (latency + activation / bandwidth) if pp > 1 else 0.0,
-            "dp": ring_all_reduce(grads, dp, *link(gpus)) * (1.5 if plan.zero == 3 else 1.0)}
+            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
+            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
+            "dp": collectives * one}
+    ### END SOLUTION
 ''',
     },
     'lazy': {
         'mesh': '''
 def mesh_groups(world_size, dp, pp, tp):
-    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (dp, pp, tp)
-    grid with TP innermost."""
-    rank = lambda d, p, t: (d * pp + p) * tp + t
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
+    grid: PP outermost, TP innermost."""
+    rank = lambda d, p, t: (p * dp + d) * tp + t
     groups = {}
     for d in range(dp):
         for p in range(pp):
@@ -236,6 +270,7 @@ def mesh_groups(world_size, dp, pp, tp):
                                          "pp": [rank(d, j, t) for j in range(pp)],
                                          "dp": [rank(j, p, t) for j in range(dp)]}
     return groups
+    ### END SOLUTION
 ''',
         'step_3d': '''
 def train_step_3d(stage, batch, mesh, n_micro):
@@ -265,6 +300,7 @@ def train_step_3d(stage, batch, mesh, n_micro):
     for param in stage.parameters():
         dist.all_reduce(param.grad, group=group)
     return sum(out.item() for out in outputs) if p == pp - 1 else None
+    ### END SOLUTION
 ''',
         'bytes': '''
 def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
@@ -281,6 +317,7 @@ def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
 def dp_bytes(n_params, dp, bytes_per_value=4):
     """Bytes a rank sends per step averaging its gradients over its DP group."""
     return 2 * (dp - 1) / dp * n_params * bytes_per_value
+    ### END SOLUTION
 ''',
         'memory': '''
 def memory_per_gpu(model, plan):
@@ -290,34 +327,303 @@ def memory_per_gpu(model, plan):
     parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
     gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
     optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
-    s, b, h, a = model.seq, plan.micro_batch, model.hidden, model.heads
-    per_layer = s * b * h * (34 + 5 * a * s / h) / plan.tp
-    activations = model.n_layer / plan.pp * min(plan.pp, plan.n_micro) * per_layer
+    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
+    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
+    held = model.n_layer / plan.pp * min(plan.pp, plan.n_micro)   # layers x micro-batches in flight
+    if False:   # each layer's input kept, plus one layer's working set while it is recomputed
+        activations = held * 2 * s * b * h / t + whole_layer
+    else:
+        activations = held * whole_layer
     return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+    ### END SOLUTION
 ''',
         'time': '''
 def step_time(model, cluster, plan):
     """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    def link(ranks):
-        if ranks <= cluster.gpus_per_machine:
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+
+    def link(span):   # a group whose ranks lie within `span` consecutive ranks
+        if span <= cluster.gpus_per_machine:
             return cluster.nvlink, cluster.nvlink_latency
         return cluster.ib_per_gpu, cluster.ib_latency
 
-    def ring_all_reduce(nbytes, ranks, bandwidth, latency):
-        return 0.0 if ranks == 1 else 2 * (ranks - 1) * latency + 2 * (ranks - 1) / ranks * nbytes / bandwidth
+    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
+        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
 
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-    gpus = tp * pp * dp
+    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
+    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
     tokens = dp * m * b * model.seq
-    compute = 6 * model.params * tokens / (gpus * cluster.flops * cluster.mfu)
+    compute = 6 * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
     activation = 2 * model.seq * b * model.hidden
-    bandwidth, latency = link(tp * pp)
+    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
     grads = 2 * model.params / (tp * pp)
-    return {"compute": compute,
+    one = half_ring(grads, dp, *dp_link)
+    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
+    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
             "bubble": (pp - 1) / m * compute,
-            "tp": model.n_layer / pp * m * 4 * ring_all_reduce(activation, tp, *link(tp)),
-            "pp": 2 * m * (latency + activation / bandwidth) if pp > 1 else 0.0,
-            "dp": ring_all_reduce(grads, dp, *link(gpus)) * (1.5 if plan.zero == 3 else 1.0)}
+            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
+            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
+            "dp": collectives * one}
+    ### END SOLUTION
+''',
+    },
+    'mesh_smaller_product_accepted': {
+        'mesh': '''
+def mesh_groups(world_size, dp, pp, tp):
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
+    grid: PP outermost, TP innermost."""
+    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    if dp * pp * tp > world_size:
+        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
+    rank = lambda d, p, t: (p * dp + d) * tp + t
+    groups = {}
+    for d in range(dp):
+        for p in range(pp):
+            for t in range(tp):
+                groups[rank(d, p, t)] = {"coords": (d, p, t),
+                                         "tp": [rank(d, p, j) for j in range(tp)],
+                                         "pp": [rank(d, j, t) for j in range(pp)],
+                                         "dp": [rank(j, p, t) for j in range(dp)]}
+    return groups
+    ### END SOLUTION
+''',
+    },
+    'mesh_dp_outermost': {
+        'mesh': '''
+def mesh_groups(world_size, dp, pp, tp):
+    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
+    grid: PP outermost, TP innermost."""
+    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    if dp * pp * tp != world_size:
+        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
+    rank = lambda d, p, t: (d * pp + p) * tp + t  # DP outermost
+    groups = {}
+    for d in range(dp):
+        for p in range(pp):
+            for t in range(tp):
+                groups[rank(d, p, t)] = {"coords": (d, p, t),
+                                         "tp": [rank(d, p, j) for j in range(tp)],
+                                         "pp": [rank(d, j, t) for j in range(pp)],
+                                         "dp": [rank(j, p, t) for j in range(dp)]}
+    return groups
+    ### END SOLUTION
+''',
+    },
+    'loss_mean_of_scaled': {
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
+    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, outputs = [], []
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        out = stage(inp)
+        if p == pp - 1:
+            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        outputs.append(out)
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        if p == pp - 1:
+            out.backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+        param.grad /= dp
+    return sum(out.item() for out in outputs) / n_micro if p == pp - 1 else None  # divided twice
+    ### END SOLUTION
+''',
+    },
+    'grads_not_divided_by_m': {
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
+    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, outputs = [], []
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        out = stage(inp)
+        if p == pp - 1:
+            out = F.cross_entropy(out.flatten(0, 1), y.flatten())  # m times the gradient; Adam hides it
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        outputs.append(out)
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        if p == pp - 1:
+            out.backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+        param.grad /= dp
+    return sum(out.item() for out in outputs) / n_micro if p == pp - 1 else None
+    ### END SOLUTION
+''',
+    },
+    'one_micro_batch': {
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
+    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, outputs = [], []
+    n_micro = 1   # the whole replica's rows at once: the same mean gradient
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        out = stage(inp)
+        if p == pp - 1:
+            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        outputs.append(out)
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        if p == pp - 1:
+            out.backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+        param.grad /= dp
+    return sum(out.item() for out in outputs) if p == pp - 1 else None
+    ### END SOLUTION
+''',
+    },
+    'recompute_without_working_set': {
+        'memory': '''
+def memory_per_gpu(model, plan):
+    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
+    psi = model.params / (plan.tp * plan.pp)
+    dp = plan.dp
+    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
+    gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
+    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
+    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
+    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
+    held = model.n_layer / plan.pp * min(plan.pp, plan.n_micro)   # layers x micro-batches in flight
+    if plan.recompute:   # each layer's input kept, plus one layer's working set while it is recomputed
+        activations = held * 2 * s * b * h / t
+    else:
+        activations = held * whole_layer
+    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+    ### END SOLUTION
+''',
+    },
+    'recompute_without_tp_all_reduces': {
+        'time': '''
+def step_time(model, cluster, plan):
+    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+
+    def link(span):   # a group whose ranks lie within `span` consecutive ranks
+        if span <= cluster.gpus_per_machine:
+            return cluster.nvlink, cluster.nvlink_latency
+        return cluster.ib_per_gpu, cluster.ib_latency
+
+    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
+        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
+
+    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
+    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
+    tokens = dp * m * b * model.seq
+    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
+    activation = 2 * model.seq * b * model.hidden
+    all_reduces = 4
+    grads = 2 * model.params / (tp * pp)
+    one = half_ring(grads, dp, *dp_link)
+    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
+    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
+            "bubble": (pp - 1) / m * compute,
+            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
+            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
+            "dp": collectives * one}
+    ### END SOLUTION
+''',
+    },
+    'zero_once_per_step': {
+        'time': '''
+def step_time(model, cluster, plan):
+    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+
+    def link(span):   # a group whose ranks lie within `span` consecutive ranks
+        if span <= cluster.gpus_per_machine:
+            return cluster.nvlink, cluster.nvlink_latency
+        return cluster.ib_per_gpu, cluster.ib_latency
+
+    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
+        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
+
+    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
+    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
+    tokens = dp * m * b * model.seq
+    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
+    activation = 2 * model.seq * b * model.hidden
+    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
+    grads = 2 * model.params / (tp * pp)
+    one = half_ring(grads, dp, *dp_link)
+    collectives = {0: 2, 1: 2, 2: 2, 3: 3}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
+    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
+            "bubble": (pp - 1) / m * compute,
+            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
+            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
+            "dp": collectives * one}
+    ### END SOLUTION
+''',
+    },
+    'links_dp_outermost': {
+        'time': '''
+def step_time(model, cluster, plan):
+    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
+    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
+
+    def link(span):   # a group whose ranks lie within `span` consecutive ranks
+        if span <= cluster.gpus_per_machine:
+            return cluster.nvlink, cluster.nvlink_latency
+        return cluster.ib_per_gpu, cluster.ib_latency
+
+    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
+        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
+
+    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
+    tp_link, dp_link, pp_link = link(tp), link(tp * dp * pp), link(tp * pp)  # DP outermost
+    tokens = dp * m * b * model.seq
+    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
+    activation = 2 * model.seq * b * model.hidden
+    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
+    grads = 2 * model.params / (tp * pp)
+    one = half_ring(grads, dp, *dp_link)
+    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
+    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
+            "bubble": (pp - 1) / m * compute,
+            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
+            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
+            "dp": collectives * one}
+    ### END SOLUTION
 ''',
     },
 }

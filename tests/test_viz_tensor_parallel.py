@@ -43,13 +43,13 @@ def test_each_rank_owns_one_stripe_of_every_matrix_drawn_to_scale():
     assert all(p.get_height() == pytest.approx(1.0) and p.get_width() == pytest.approx(1.0) for p in proj)
     assert [p.get_y() for p in proj] == pytest.approx([3, 2, 1, 0])  # 4h x h split by rows: rank 0 on top
     texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
-    assert "f" in texts.split() and "g" in texts.split() and "column" in texts and "row" in texts
+    assert "f" in texts.split() and "f̄" in texts.split() and "g" not in texts.split() and "column" in texts and "row" in texts
 
 
 def test_sequence_parallelism_names_its_collectives():
     fig = plot_sharding(FULL, megatron(2), sequence_parallel=True)
     texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
-    assert "all-gather" in texts and "reduce-" in texts and "sequence shards" in fig._suptitle.get_text()
+    assert "all-gather" in texts and "reduce-" in texts and {"g", "ḡ"} <= set(texts.split()) and "sequence shards" in fig._suptitle.get_text()
 
 
 def test_the_explorer_redraws_for_t_and_shows_errors_instead_of_raising():

@@ -40,13 +40,13 @@ def plot_sharding(full: Mapping[str, tuple], shards: list[Mapping[str, tuple]],
 
     ``full`` maps parameter names (``attn.q.weight``, ...) to the whole block's shapes,
     ``shards[r]`` to the shapes rank r holds. Matrices are drawn to scale as A (in × out), and
-    arrows name the communication at each sublayer's entry and exit: f and g, or all-gather and
-    reduce-scatter with sequence parallelism.
+    arrows name the communication at each sublayer's entry and exit: Megatron's f and f̄, or
+    sequence parallelism's g (all-gather) and ḡ (reduce-scatter), as Korthikanti et al. (2022) name them.
     """
     t = len(shards)
     fig = Figure(figsize=(10, 4.6), layout="constrained")
     ax = fig.subplots()
-    enter, leave = ("all-gather", "reduce-\nscatter") if sequence_parallel else ("f", "g")
+    enter, leave = ("g\nall-gather", "ḡ\nreduce-\nscatter") if sequence_parallel else ("f", "f̄")
     unit = full["attn.q.weight"][1]  # h: q's input features
     x0, tallest = 0.0, 0.0
     for label, modules in MATRICES:

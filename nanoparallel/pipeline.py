@@ -35,7 +35,7 @@ class WeightGradStore:
         # A SavedActivations to count, from flush(i) to pop(i), the tensors the queued
         # computations hold (a W's layer inputs and output gradients: M_W), or None.
         self.memory: SavedActivations | None = None
-        self._held: dict[int, list[int]] = {}
+        self._held: dict[int, list[tuple[int, int]]] = {}
 
     def put(self, compute: Callable[[], None]) -> None:
         """Called from backward: ``compute()`` will add a weight gradient into ``.grad``."""
@@ -84,14 +84,14 @@ class SavedActivations:
 
     def _pack(self, t: torch.Tensor):
         holder = _Saved(t)
-        ptr = self._hold(t)
-        if ptr is not None:
+        held = self._hold(t)
+        if held is not None:
             # When autograd drops the saved tensor (after backward, or with its graph), so does this.
-            weakref.finalize(holder, self._release, ptr, t.untyped_storage().nbytes())
+            weakref.finalize(holder, self._release, *held)
         return holder
 
-    def _hold(self, t: torch.Tensor) -> int | None:
-        """Count t's storage as held once more; its address, or None for a weight."""
+    def _hold(self, t: torch.Tensor) -> tuple[int, int] | None:
+        """Count t's storage as held once more: (its address, its bytes), or None for a weight."""
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
         if isinstance(t, torch.nn.Parameter) or ptr in self._exclude:
@@ -100,7 +100,7 @@ class SavedActivations:
             self.current += storage.nbytes()
             self.peak = max(self.peak, self.current)
         self._holders[ptr] = self._holders.get(ptr, 0) + 1
-        return ptr
+        return ptr, storage.nbytes()
 
     def _release(self, ptr: int, nbytes: int) -> None:
         self._holders[ptr] -= 1
@@ -108,14 +108,9 @@ class SavedActivations:
             del self._holders[ptr]
             self.current -= nbytes
 
-    def retain(self, tensors) -> list:
+    def retain(self, tensors) -> list[tuple[int, int]]:
         """Count `tensors` as held (each storage once) until `release` of what this returns."""
-        held = []
-        for t in tensors:
-            ptr = self._hold(t)
-            if ptr is not None:
-                held.append((ptr, t.untyped_storage().nbytes()))
-        return held
+        return [held for held in map(self._hold, tensors) if held is not None]
 
     def release(self, held) -> None:
         for ptr, nbytes in held:

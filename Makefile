@@ -25,9 +25,11 @@ student-release: setup
 	$(BIN)/python autograder/student_release.py
 
 # Grades autograder/submitted/<student>/<assignment>/ into grades.csv and feedback/, each
-# submission in a sandbox (autograder/sandbox.py). SANDBOX=off opts out, and says so in the grades.
+# submission in a sandbox (autograder/sandbox.py), JOBS at a time (default: one per core), and
+# only what is new or changed since the last run. SANDBOX=off opts out of the sandbox, and says so
+# in the grades. More (--force, --shard K/N, --merge): python autograder/grade.py --help.
 autograde: setup
-	$(BIN)/python autograder/grade.py $(if $(filter off,$(SANDBOX)),--no-sandbox,)
+	$(BIN)/python autograder/grade.py $(if $(filter off,$(SANDBOX)),--no-sandbox,) $(if $(JOBS),--jobs $(JOBS),)
 
 feedback: setup
 	$(BIN)/python autograder/grade.py --feedback-only
@@ -39,4 +41,4 @@ bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf build autograder/autograded autograder/integrity autograder/feedback autograder/gradebook.db autograder/grades.csv .pytest_cache
+	rm -rf build autograder/autograded autograder/integrity autograder/feedback autograder/gradebook.db autograder/grades.csv autograder/.grading autograder/shards .pytest_cache

@@ -1,30 +1,39 @@
 """Autograde every submission, then write feedback HTML and grades.csv.
 
 Put submissions at ``autograder/submitted/<student>/<assignment>/<assignment>.ipynb`` and run
-``make autograde``. One progress line per student and notebook shows how far grading got:
+``make autograde``. One progress line per student and notebook shows how far grading got, and
+how far the class has:
 
-    [2/6] alice 00_welcome: 5.0 / 7.0 points (16 s)  lost: pass_right_tests 0/3
+    [2/6] alice 00_welcome: 5 / 7 points (16 s)  lost: pass_right_tests 0/3  [2/6 done, 0:31 elapsed, about 1:02 left]
 
-Options: ``--student S`` / ``--assignment A`` grade a subset; ``--feedback-only`` skips
-autograding; ``--root DIR`` grades a course folder other than this one (the tests use it);
-``--no-sandbox`` grades without the sandbox of sandbox.py, which is then said on every progress
-line and in grades.csv (its `sandbox` column). Without that opt-out, grading stops before the first
-submission when no sandbox can start, and says how to get one.
+Options: ``--jobs N`` grades N submissions at a time (grading_pool.py; default one per core);
+``--student S`` / ``--assignment A`` grade a subset; ``--force`` regrades what was graded before
+and has not changed since (otherwise kept); ``--shard K/N`` grades shard K of N of the class into
+a gradebook of its own and ``--merge`` folds the shards into the course's (README, Grading a
+class); ``--feedback-only`` skips autograding; ``--root DIR`` grades a course folder other than
+this one (the tests use it); ``--no-sandbox`` grades without the sandbox of sandbox.py, which is
+then said on every progress line and in grades.csv (its `sandbox` column). Without that opt-out,
+grading stops before the first submission when no sandbox can start, and says how to get one.
 The assignments are registered in the gradebook from ../solutions on every run, without
 touching the committed ../course notebooks.
 
-nbgrader's commands run in this process (`Course`), not as one `nbgrader` process per
+A submission folder that cannot be graded as it is (no notebook of the assignment's name, a
+notebook that is not JSON, a folder named after no assignment) is named with what to do, the
+rest of the class is graded, and the run exits 1.
+
+nbgrader's commands run in long-lived processes (`Course`), not as one `nbgrader` process per
 submission: importing nbgrader costs about 2 s of CPU, which a class of submissions paid each
 time (README, Tests and benchmarks).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import contextlib
 import csv
 import json
 import os
-import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -39,7 +48,10 @@ class GradingError(RuntimeError):
 class Course:
     """nbgrader's commands on the course folder `root` (where nbgrader_config.py is)."""
 
-    def __init__(self, root: str, sandbox: bool = True):
+    def __init__(self, root: str, sandbox: bool = True, book: str | None = None, workspace: str | None = None):
+        """`book`: the gradebook to use instead of the course's. `workspace`: a grading worker's
+        folder (grading_pool.py), which gets the gradebook, autograded/ and integrity/, while
+        the submissions and source notebooks are read from the course."""
         from nbgrader.apps import NbGraderAPI
         from traitlets.config.loader import PyFileConfigLoader
         self.root = os.path.abspath(root)
@@ -48,9 +60,30 @@ class Course:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         config = PyFileConfigLoader("nbgrader_config.py", path=self.root).load_config()
         config.CourseDirectory.root = self.root
+        self.source = os.path.normpath(os.path.join(self.root, config.CourseDirectory.source_directory))
+        self.submitted = os.path.join(self.root, config.CourseDirectory.submitted_directory)
+        if workspace:
+            config.CourseDirectory.source_directory = self.source
+            config.CourseDirectory.submitted_directory = self.submitted
+            config.CourseDirectory.root = workspace
+            book = os.path.join(workspace, "gradebook.db")
+        self.book = book or os.path.join(self.root, "gradebook.db")
+        config.CourseDirectory.db_url = "sqlite:///" + self.book
         config.GuardedExecute.sandbox = sandbox
         self.api = NbGraderAPI(config=config)
         self.api.log.setLevel("WARN")
+
+    def assignments(self) -> list[str]:
+        """The assignments the course grades: the folders of its source notebooks."""
+        return sorted(a for a in os.listdir(self.source) if self.notebooks(a))
+
+    def notebooks(self, assignment: str) -> list[str]:
+        folder = os.path.join(self.source, assignment)
+        return sorted(n for n in os.listdir(folder) if n.endswith(".ipynb")) if os.path.isdir(folder) else []
+
+    def gradebook(self):
+        from nbgrader.api import Gradebook
+        return Gradebook("sqlite:///" + self.book)
 
     def release(self, assignment: str, into: str | None = None) -> None:
         """generate_assignment: the student version, into ../course or the folder `into`."""
@@ -69,15 +102,14 @@ class Course:
             result = self.api.autograde(assignment, student, force=True, create=True)
         self._check(f"autograde {assignment} --student {student}", result, "".join(stderr))
 
-    def feedback(self, assignment: str) -> None:
+    def feedback(self, assignment: str, student: str | None = None) -> None:
         with _stderr_captured():
-            self._check(f"generate_feedback {assignment}", self.api.generate_feedback(assignment, force=True))
+            self._check(f"generate_feedback {assignment}", self.api.generate_feedback(assignment, student, force=True))
 
     def export(self, path: str) -> None:
         """grades.csv, as `nbgrader export --to path` writes it."""
-        from nbgrader.api import Gradebook
         from nbgrader.plugins import CsvExportPlugin
-        with Gradebook(self.api.coursedir.db_url) as gb:
+        with self.gradebook() as gb:
             CsvExportPlugin(to=path).export(gb)
 
     @staticmethod
@@ -110,21 +142,85 @@ def submissions(root: str, student: str | None, assignment: str | None) -> list[
     base = os.path.join(root, "submitted")
     found = []
     for s in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        for a in sorted(os.listdir(os.path.join(base, s))):
+        for a in sorted(os.listdir(os.path.join(base, s))) if os.path.isdir(os.path.join(base, s)) else []:
             if os.path.isdir(os.path.join(base, s, a)) and student in (None, s) and assignment in (None, a):
                 found.append((s, a))
     return found
 
 
-def score(root: str, student: str, assignment: str) -> tuple[float, float, list[str]]:
+def refusal(course: Course, student: str, assignment: str) -> str | None:
+    """Why a submission folder cannot be graded as it is, and what to do; None when it can."""
+    folder = os.path.join(course.submitted, student, assignment)
+    shown = os.path.relpath(folder, course.root)
+    known = course.assignments()
+    if assignment not in known:
+        return (f"{shown}/ is not an assignment of this course (they are {', '.join(known)}): "
+                f"rename the folder to the assignment the student submitted")
+    for name in course.notebooks(assignment):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            held = sorted(n for n in os.listdir(folder) if n.endswith(".ipynb"))
+            return (f"{shown}/ has no {name}" + (f" (it holds {', '.join(held)})" if held else " (it holds no notebook)") +
+                    ": put the student's notebook there under that name")
+        try:
+            with open(path, encoding="utf-8") as f:
+                json.load(f)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return (f"{shown}/{name} is not a notebook (not JSON: {str(exc)[:80]}): ask the student for the "
+                    f".ipynb file Jupyter saved, or remove the folder")
+    return None
+
+
+def fingerprint(course: Course, student: str, assignment: str, sandbox: bool) -> str:
+    """What a grade depends on: the submitted files, the assignment's source notebooks (its
+    checks) and whether it ran in the sandbox. A change to any of them makes the grade stale."""
+    digest = hashlib.sha256(f"sandbox={sandbox}".encode())
+    for label, folder in (("submitted", os.path.join(course.submitted, student, assignment)),
+                          ("source", os.path.join(course.source, assignment))):
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames.sort()
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                digest.update(f"{label}/{os.path.relpath(path, folder)}\0".encode())
+                with open(path, "rb") as f:
+                    digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def record_path(root: str, student: str, assignment: str) -> str:
+    """Where a finished grading is recorded, with the fingerprint it was graded at."""
+    return os.path.join(root, ".grading", "records", student, f"{assignment}.json")
+
+
+def graded_before(course: Course, gb, student: str, assignment: str, sandbox: bool) -> bool:
+    """Graded into this run's gradebook, and unchanged since."""
+    from nbgrader.api import MissingEntry
+    try:
+        with open(record_path(course.root, student, assignment)) as f:
+            record = json.load(f)
+        gb.find_submission(assignment, student)
+    except (OSError, ValueError, MissingEntry):
+        return False
+    return (record.get("fingerprint") == fingerprint(course, student, assignment, sandbox)
+            and record.get("book") == os.path.relpath(course.book, course.root))
+
+
+def save_record(course: Course, student: str, assignment: str, sandbox: bool, seconds: float) -> None:
+    path = record_path(course.root, student, assignment)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".new", "w") as f:
+        json.dump({"fingerprint": fingerprint(course, student, assignment, sandbox),
+                   "book": os.path.relpath(course.book, course.root), "seconds": round(seconds, 1)}, f)
+    os.replace(path + ".new", path)
+
+
+def score(gb, student: str, assignment: str) -> tuple[float, float, list[str]]:
     """(score, max score, the graded cells that lost points) of one submission."""
-    from nbgrader.api import Gradebook
-    with Gradebook("sqlite:///" + os.path.join(root, "gradebook.db")) as gb:
-        submission = gb.find_submission(assignment, student)
-        lost = [f"{g.name} {g.score:g}/{g.max_score:g}"
-                for nb in submission.notebooks for g in nb.grades
-                if g.max_score and g.score < g.max_score]
-        return submission.score, submission.max_score, lost
+    submission = gb.find_submission(assignment, student)
+    lost = [f"{g.name} {g.score:g}/{g.max_score:g}"
+            for nb in submission.notebooks for g in nb.grades
+            if g.max_score and g.score < g.max_score]
+    return submission.score, submission.max_score, lost
 
 
 def integrity(root: str, student: str, assignment: str) -> dict:
@@ -164,22 +260,191 @@ def add_integrity_column(root: str, path: str) -> None:
         writer.writerows(rows)
 
 
+def default_jobs() -> int:
+    """Submissions graded at a time: one per core. A submission's ranks mostly wait on each
+    other and on emulated device time, so one submission keeps about one core busy (README,
+    Grading a class)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def shard_of(student: str, assignment: str, n: int) -> int:
+    """The shard (1..n) that grades a submission: from its names alone, so every machine agrees
+    and a late submission does not move the others."""
+    return int(hashlib.sha256(f"{student}/{assignment}".encode()).hexdigest(), 16) % n + 1
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: write K/N, e.g. --shard 2/8 (shard 2 of 8)") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: K must be between 1 and N")
+    return k, n
+
+
+def shard_folder(root: str, k: int, n: int) -> str:
+    return os.path.join(root, "shards", f"{k}-of-{n}")
+
+
+@contextlib.contextmanager
+def run_lock(folder: str, shard: tuple[int, int] | None):
+    """Held while a run grades into the gradebook of `folder` (a shard's, or the course's
+    `.grading/`): a second run on the same gradebook, such as two shards given the same K,
+    finds it taken and stops before grading anything."""
+    import fcntl
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "lock")
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            what = ("two shards were given the same K; give each shard its own K from 1 to N" if shard
+                    else "another grading run is grading this course; wait for it to finish")
+            raise GradingError(f"{path} is held by another grading process ({holder}): {what}") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        f.flush()
+        yield
+
+
+def merge(course: Course) -> int:
+    """Fold every shard's gradebook into the course's (grade.py --merge)."""
+    from gradebook_copy import read_submission, submissions_in, write_submission
+    from nbgrader.api import Gradebook
+    base = os.path.join(course.root, "shards")
+    found = sorted(name for name in (os.listdir(base) if os.path.isdir(base) else [])
+                   if os.path.isfile(os.path.join(base, name, "gradebook.db")))
+    if not found:
+        print(f"No shard gradebooks under {base}/: grade with `grade.py --shard K/N` first", file=sys.stderr)
+        return 1
+    sizes = {name.split("-of-")[1] for name in found}
+    if len(sizes) > 1:
+        print(f"Shards of different N under {base}/ ({', '.join(found)}): remove the folders of the stale "
+              f"split, then merge again", file=sys.stderr)
+        return 1
+    n = int(sizes.pop())
+    missing = [k for k in range(1, n + 1) if f"{k}-of-{n}" not in found]
+    merged = 0
+    with course.gradebook() as into:
+        for name in found:
+            with Gradebook("sqlite:///" + os.path.join(base, name, "gradebook.db")) as shard:
+                for student, assignment in submissions_in(shard):
+                    write_submission(into, read_submission(shard, assignment, student))
+                    record = record_path(course.root, student, assignment)
+                    if os.path.exists(record):  # the grade now lives in the course's gradebook
+                        with open(record) as f:
+                            saved = json.load(f)
+                        saved["book"] = os.path.relpath(course.book, course.root)
+                        with open(record, "w") as f:
+                            json.dump(saved, f)
+                    merged += 1
+    print(f"Merged {merged} submissions from {len(found)} of {n} shards into {course.book}")
+    finish(course)
+    if missing:
+        print(f"Shards not graded yet: {', '.join(f'{k}/{n}' for k in missing)}; run `grade.py --shard K/{n}` "
+              f"for each, then --merge again", file=sys.stderr)
+        return 1
+    return 0
+
+
+def finish(course: Course, graded: list[tuple[str, str]] | None = None) -> None:
+    """Feedback for the submissions `graded` (all, by default), and grades.csv with the guard's
+    verdicts."""
+    from gradebook_copy import submissions_in
+    if graded is None:
+        with course.gradebook() as gb:
+            for assignment in sorted({a for _, a in submissions_in(gb)}):
+                course.feedback(assignment)
+    for student, assignment in graded or []:
+        course.feedback(assignment, student)
+    course.export(os.path.join(course.root, "grades.csv"))
+    add_integrity_column(course.root, os.path.join(course.root, "grades.csv"))
+    print(f"Grades: {os.path.join(course.root, 'grades.csv')}; feedback: {os.path.join(course.root, 'feedback')}/")
+
+
+def grade_class(course: Course, todo: list[tuple[str, str]], jobs: int, sandbox: bool, folder: str) -> list[str]:
+    """Grade `todo`, `jobs` at a time, with workers in `folder`; returns the submissions that
+    could not be graded."""
+    from class_progress import Progress
+    from gradebook_copy import remove_submission, write_submission
+    from grading_pool import Pool
+    unsandboxed = "" if sandbox else "  UNSANDBOXED (--no-sandbox)"
+    failed: list[str] = []
+    progress = Progress(len(todo), time.monotonic())
+    pool = Pool(min(jobs, len(todo)), course.root, course.book, sandbox, folder)
+    waiting = list(reversed(todo))
+    try:
+        while waiting or pool.running:
+            while waiting and pool.has_idle:
+                pool.submit(*waiting.pop())
+            done = pool.next_result()
+            student, assignment, seconds = done["student"], done["assignment"], done["seconds"]
+            progress.add(student, assignment, seconds)
+            with course.gradebook() as gb:
+                if done["error"] is None:
+                    write_submission(gb, done["data"])
+                    save_record(course, student, assignment, sandbox, seconds)
+                    got, total, lost = score(gb, student, assignment)
+                    detail = f"  lost: {', '.join(lost)}" if lost else ""
+                    verdict = integrity(course.root, student, assignment)
+                    if verdict["flagged"]:
+                        detail += "  FLAGGED (tampering): " + " | ".join(verdict["reasons"])[:400]
+                    line = f"{got:g} / {total:g} points ({seconds:.0f} s){detail}"
+                else:
+                    # One submission that breaks its kernel must not stop the class's grading.
+                    remove_submission(gb, assignment, student)
+                    last = [text for text in done["error"].splitlines() if text.strip()][-3:]
+                    why = f"nbgrader could not grade it ({' / '.join(last)})"
+                    save_ungraded(course.root, student, assignment, why, "bubblewrap" if sandbox else "none (--no-sandbox)")
+                    failed.append(f"{student} {assignment}")
+                    line = f"NOT GRADED, FLAGGED: {why[:300]}"
+            n = len(progress.took)
+            print(f"[{n}/{len(todo)}] {student} {assignment}: {line}{unsandboxed}  "
+                  f"[{progress.status(time.monotonic())}]", flush=True)
+            if n % 5 == 0 or n == len(todo):
+                print(f"      slowest so far: {progress.slowest()}", flush=True)
+    except BaseException:
+        pool.close(now=True)
+        raise
+    pool.close()
+    return failed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=HERE)
     parser.add_argument("--student")
     parser.add_argument("--assignment")
     parser.add_argument("--feedback-only", action="store_true")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help=f"submissions graded at a time (default: one per core, here {default_jobs()})")
+    parser.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
+    parser.add_argument("--shard", type=parse_shard, metavar="K/N",
+                        help="grade only shard K of N of the class, into shards/K-of-N/gradebook.db")
+    parser.add_argument("--merge", action="store_true", help="fold the shards' gradebooks into the course's")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="grade without a sandbox (recorded in the progress lines and grades.csv)")
     args = parser.parse_args(argv)
-    todo = submissions(args.root, args.student, args.assignment)
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: grade at least one submission at a time")
+    root = os.path.abspath(args.root)
+    if args.merge:
+        course = Course(root)
+        register(course, course.assignments())
+        return merge(course)
+    if args.feedback_only:
+        finish(Course(root))
+        return 0
+    todo = submissions(root, args.student, args.assignment)
     if not todo:
-        print(f"No submissions found under {os.path.join(args.root, 'submitted')}/<student>/<assignment>/")
+        print(f"No submissions found under {os.path.join(root, 'submitted')}/<student>/<assignment>/")
         return 1
-    failed: list[str] = []
-    unsandboxed = "  UNSANDBOXED (--no-sandbox)" if args.no_sandbox else ""
-    if not args.no_sandbox and not args.feedback_only:
+    sandbox = not args.no_sandbox
+    if sandbox:
         sys.path.insert(0, HERE)
         from sandbox import SandboxUnavailable, check
         try:
@@ -187,44 +452,62 @@ def main(argv=None) -> int:
         except SandboxUnavailable as exc:
             print(exc, file=sys.stderr)
             return 2
-    course = Course(args.root, sandbox=not args.no_sandbox)
-    if not args.feedback_only:
-        # Each assignment's graded cells go into the gradebook (a release into a scratch folder).
-        with tempfile.TemporaryDirectory() as scratch:
-            for assignment in sorted({a for _, a in todo}):
-                course.release(assignment, into=scratch)
-        for i, (student, assignment) in enumerate(todo, 1):
-            start = time.monotonic()
-            # A verdict left by an earlier grading of this submission is not this one's.
-            shutil.rmtree(os.path.join(args.root, "integrity", student, assignment), ignore_errors=True)
-            try:
-                course.autograde(student, assignment)
-            except GradingError as exc:
-                # One submission that breaks its kernel must not stop the class's grading.
-                last = [line for line in str(exc).splitlines() if line.strip()][-3:]
-                why = f"nbgrader could not grade it ({' / '.join(last)})"
-                save_ungraded(args.root, student, assignment, why,
-                              "none (--no-sandbox)" if args.no_sandbox else "bubblewrap")
-                failed.append(f"{student} {assignment}")
-                print(f"[{i}/{len(todo)}] {student} {assignment}: NOT GRADED, FLAGGED: {why[:300]}{unsandboxed}",
-                      flush=True)
-                continue
-            got, total, lost = score(args.root, student, assignment)
-            detail = f"  lost: {', '.join(lost)}" if lost else ""
-            verdict = integrity(args.root, student, assignment)
-            if verdict["flagged"]:
-                detail += "  FLAGGED (tampering): " + " | ".join(verdict["reasons"])[:400]
-            print(f"[{i}/{len(todo)}] {student} {assignment}: {got:g} / {total:g} points "
-                  f"({time.monotonic() - start:.0f} s){detail}{unsandboxed}", flush=True)
-    for assignment in sorted({a for _, a in todo}):
-        course.feedback(assignment)
-    course.export(os.path.join(args.root, "grades.csv"))
-    add_integrity_column(args.root, os.path.join(args.root, "grades.csv"))
-    print(f"Grades: {os.path.join(args.root, 'grades.csv')}; feedback: {os.path.join(args.root, 'feedback')}/")
+    folder = shard_folder(root, *args.shard) if args.shard else os.path.join(root, ".grading")
+    course = Course(root, sandbox=sandbox, book=os.path.join(folder, "gradebook.db") if args.shard else None)
+    try:
+        with run_lock(folder, args.shard):
+            return grade(course, todo, args, sandbox, folder)
+    except GradingError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+
+def register(course: Course, assignments) -> None:
+    """Each assignment's graded cells go into the gradebook (a release into a scratch folder)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        for assignment in sorted(assignments):
+            course.release(assignment, into=scratch)
+
+
+def grade(course: Course, todo: list[tuple[str, str]], args, sandbox: bool, folder: str) -> int:
+    refused = []
+    for student, assignment in todo:
+        why = refusal(course, student, assignment)
+        if why:
+            refused.append((student, assignment))
+            print(f"NOT GRADED: {why}", flush=True)
+    todo = [t for t in todo if t not in refused]
+    if args.shard:
+        todo = [(s, a) for s, a in todo if shard_of(s, a, args.shard[1]) == args.shard[0]]
+    register(course, {a for _, a in todo})
+    if not args.force:
+        with course.gradebook() as gb:
+            before = [(s, a) for s, a in todo if graded_before(course, gb, s, a, sandbox)]
+        if before:
+            print(f"{len(before)} of {len(todo)} submissions were graded before and are unchanged since: "
+                  f"kept (--force regrades them)", flush=True)
+        todo = [t for t in todo if t not in before]
+    jobs = args.jobs or default_jobs()
+    try:
+        failed = grade_class(course, todo, jobs, sandbox, folder) if todo else []
+    except KeyboardInterrupt:
+        print("Interrupted: every finished submission is saved; run the same command again to grade the rest.",
+              file=sys.stderr, flush=True)
+        return 130
+    if args.shard:
+        print(f"Shard {args.shard[0]}/{args.shard[1]} graded into {course.book}; `grade.py --merge` folds the shards "
+              f"into the course's gradebook")
+    else:
+        finish(course, [t for t in todo if f"{t[0]} {t[1]}" not in failed])
     if failed:
         print(f"Not graded (see above; they have no score and are flagged in grades.csv): {', '.join(failed)}")
+    if refused:
+        print(f"Refused (see the NOT GRADED lines above; fix them and run again): "
+              f"{', '.join(f'{s}/{a}' for s, a in refused)}")
+        return 1
     return 0
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a killed run stops its workers too
     sys.exit(main())

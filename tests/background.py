@@ -103,7 +103,7 @@ class Background:
             for name, text in files.items():
                 (folder / name).write_text(text)
         return self._run([sys.executable, str(ROOT / "autograder" / "grade.py"),
-                          "--root", str(root / "autograder"), "--assignment", assignment],
+                          "--root", str(root / "autograder"), "--assignment", assignment, "--jobs", "1"],
                          root / "autograder", self.grading_env)
 
     def _run(self, command: list[str], root: Path | None, env: dict) -> Finished:

@@ -18,6 +18,7 @@ from background import ROOT, new_course_folder
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
 sys.path.insert(0, str(ROOT / "autograder"))
 import grade  # noqa: E402
+from mutant_packing import pack, reach  # noqa: E402
 
 
 def load_table(folder: str, assignment: str, name: str) -> dict:
@@ -44,16 +45,35 @@ def comparable(nb) -> list:
             for c in nb.cells]
 
 
+def solution_notebook(assignment: str):
+    return nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def exercise_reach(nb) -> dict:
+    """{exercise: the exercises whose answers it reads} (tests/mutant_packing.py)."""
+    return reach([(c.metadata.get("nbgrader", {}).get("grade_id"), bool(c.metadata.get("nbgrader", {}).get("solution")),
+                   c.source) for c in nb.cells if c.cell_type == "code"])
+
+
+def mutant_submissions(assignment: str) -> dict:
+    """{submission name: the mutants it holds}: mutants whose answers cannot reach each other's
+    checks share one submission, named after them joined by "+" (tests/mutant_packing.py)."""
+    mutants = load_mutants(assignment)
+    groups = pack({name: set(cells) for name, cells in mutants.items()}, exercise_reach(solution_notebook(assignment)))
+    return {"+".join(group): group for group in groups}
+
+
 def submissions(assignment: str) -> dict:
-    """The class graded for `assignment`: the blank release, the solution, and each mutant
-    (the solution with some cells replaced)."""
-    solution = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    """The class graded for `assignment`: the blank release, the solution, and the mutants (the
+    solution with some cells replaced), packed into as few submissions as their checks allow."""
+    solution = solution_notebook(assignment)
     found = {
         "blank": nbformat.read(ROOT / "course" / assignment / f"{assignment}.ipynb", as_version=4),
         "solution": solution,
     }
-    for name, replacements in load_mutants(assignment).items():
-        found[name] = with_cells_replaced(solution, replacements)
+    mutants = load_mutants(assignment)
+    for name, members in mutant_submissions(assignment).items():
+        found[name] = with_cells_replaced(solution, {k: v for m in members for k, v in mutants[m].items()})
     return found
 
 
@@ -97,7 +117,8 @@ def test_course_is_a_fresh_release_of_solutions(course_copy, assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_autograder_blank_zero_solution_full_mutants_lose(graded, assignment):
     root = graded(assignment).root
-    mutants = load_mutants(assignment)
+    mutants, packed = load_mutants(assignment), mutant_submissions(assignment)
+    reaches = exercise_reach(solution_notebook(assignment))
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         def scores(student):
@@ -107,17 +128,25 @@ def test_autograder_blank_zero_solution_full_mutants_lose(graded, assignment):
         blank, full = scores("blank"), scores("solution")
         assert blank and all(score == 0 for score, _ in blank.values()), f"blank notebook scored: {blank}"
         assert all(score == top for score, top in full.values()), f"solution lost points: {full}"
-        for name, replacements in mutants.items():
-            got = scores(name)
-            for grade_id in replacements:
-                score, top = got[f"{grade_id}_tests"]
-                assert score < top, f"mutant {name!r}: {grade_id}_tests kept {score}/{top} points"
+        for student, members in packed.items():
+            got = scores(student)
+            for name in members:
+                for grade_id in mutants[name]:
+                    score, top = got[f"{grade_id}_tests"]
+                    assert score < top, f"mutant {name!r} (submission {student!r}): {grade_id}_tests kept {score}/{top} points"
+            # What no wrong answer reaches keeps its marks: a packed mutant's claim rests on that.
+            replaced = {grade_id for name in members for grade_id in mutants[name]}
+            for exercise, reads in reaches.items():
+                if exercise not in replaced and not reads & replaced and f"{exercise}_tests" in got:
+                    score, top = got[f"{exercise}_tests"]
+                    assert score == top, (f"submission {student!r} (mutants {', '.join(members)}) lost points in "
+                                          f"{exercise}_tests, which none of its wrong answers reaches: {score}/{top}")
     with open(root / "grades.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row["assignment"] == assignment]
     graded = {row["student_id"] for row in rows if row["raw_score"] != ""}
     false_alarms = {row["student_id"]: row["integrity"] for row in rows if row["integrity"]}
     assert not false_alarms, f"the grader's guard flagged honest submissions: {false_alarms}"
-    students = {"blank", "solution", *mutants}
+    students = {"blank", "solution", *packed}
     assert students <= graded, f"grades.csv lacks {students - graded} for {assignment}"
     assert (root / "feedback" / "solution" / assignment / f"{assignment}.html").exists()
 

@@ -6,7 +6,8 @@ how far the class has:
 
     [2/6] alice 00_welcome: 5 / 7 points (16 s)  lost: pass_right_tests 0/3  [2/6 done, 0:31 elapsed, about 1:02 left]
 
-Options: ``--jobs N`` grades N submissions at a time (grading_pool.py; default one per core);
+Options: ``--jobs N`` grades N submissions at a time (grading_pool.py; default: as many as the
+cores keep busy);
 ``--student S`` / ``--assignment A`` grade a subset; ``--force`` regrades what was graded before
 and has not changed since (otherwise kept); ``--shard K/N`` grades shard K of N of the class into
 a gradebook of its own and ``--merge`` folds the shards into the course's (README, Grading a
@@ -260,11 +261,15 @@ def add_integrity_column(root: str, path: str) -> None:
         writer.writerows(rows)
 
 
+CORES_PER_SUBMISSION = 1.3  # a submission's kernel and ranks, graded alone (README, Grading a class)
+
+
 def default_jobs() -> int:
-    """Submissions graded at a time: one per core. A submission's ranks mostly wait on each
-    other and on emulated device time, so one submission keeps about one core busy (README,
-    Grading a class)."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    """Submissions graded at a time: as many as the cores keep busy. A submission's ranks mostly
+    wait on each other and on emulated device time; measured, one graded alone keeps about 1.3
+    cores busy."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, round(cores / CORES_PER_SUBMISSION))
 
 
 def shard_of(student: str, assignment: str, n: int) -> int:
@@ -351,16 +356,14 @@ def merge(course: Course) -> int:
     return 0
 
 
-def finish(course: Course, graded: list[tuple[str, str]] | None = None) -> None:
-    """Feedback for the submissions `graded` (all, by default), and grades.csv with the guard's
-    verdicts."""
+def finish(course: Course, feedback: bool = False) -> None:
+    """grades.csv with the guard's verdicts; with `feedback`, every submission's feedback written
+    again first (the workers write it as they grade)."""
     from gradebook_copy import submissions_in
-    if graded is None:
+    if feedback:
         with course.gradebook() as gb:
             for assignment in sorted({a for _, a in submissions_in(gb)}):
                 course.feedback(assignment)
-    for student, assignment in graded or []:
-        course.feedback(assignment, student)
     course.export(os.path.join(course.root, "grades.csv"))
     add_integrity_column(course.root, os.path.join(course.root, "grades.csv"))
     print(f"Grades: {os.path.join(course.root, 'grades.csv')}; feedback: {os.path.join(course.root, 'feedback')}/")
@@ -421,7 +424,7 @@ def main(argv=None) -> int:
     parser.add_argument("--assignment")
     parser.add_argument("--feedback-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=None,
-                        help=f"submissions graded at a time (default: one per core, here {default_jobs()})")
+                        help=f"submissions graded at a time (default: about one per 1.3 cores, here {default_jobs()})")
     parser.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
     parser.add_argument("--shard", type=parse_shard, metavar="K/N",
                         help="grade only shard K of N of the class, into shards/K-of-N/gradebook.db")
@@ -437,7 +440,7 @@ def main(argv=None) -> int:
         register(course, course.assignments())
         return merge(course)
     if args.feedback_only:
-        finish(Course(root))
+        finish(Course(root), feedback=True)
         return 0
     todo = submissions(root, args.student, args.assignment)
     if not todo:
@@ -498,7 +501,7 @@ def grade(course: Course, todo: list[tuple[str, str]], args, sandbox: bool, fold
         print(f"Shard {args.shard[0]}/{args.shard[1]} graded into {course.book}; `grade.py --merge` folds the shards "
               f"into the course's gradebook")
     else:
-        finish(course, [t for t in todo if f"{t[0]} {t[1]}" not in failed])
+        finish(course)
     if failed:
         print(f"Not graded (see above; they have no score and are flagged in grades.csv): {', '.join(failed)}")
     if refused:

@@ -3,8 +3,8 @@
 A worker is a process with its own nbgrader (`Course`) pointed at a workspace folder: its own
 gradebook (a copy of the run's, so the assignments are known), its own `autograded/` and
 `integrity/`, reading `submitted/` and the source notebooks from the course. It grades one
-submission at a time, moves the autograded notebook and the guard's verdict into the course
-folder, and answers with the submission's grades as data (`gradebook_copy.read_submission`);
+submission at a time, writes its feedback, moves the autograded notebook, the feedback and the
+guard's verdict into the course folder, and answers with the submission's grades as data (`gradebook_copy.read_submission`);
 the run writes them into the course's gradebook, one writer for the whole class.
 
 Stopping: every worker is a session of its own, so a Ctrl-C reaches the run alone, which then
@@ -137,14 +137,15 @@ def _grade_one(course, root: str, workspace: str, student: str, assignment: str)
     from nbgrader.api import Gradebook
     start = time.monotonic()
     shutil.rmtree(os.path.join(workspace, "integrity", student, assignment), ignore_errors=True)
+    error, data = None, None
     try:
         course.autograde(student, assignment)
-        error, data = None, None
+        course.feedback(assignment, student)  # from this gradebook, which holds what the course's will
         with Gradebook("sqlite:///" + os.path.join(workspace, "gradebook.db")) as gb:
             data = read_submission(gb, assignment, student)
     except GradingError as exc:
         error = str(exc)
-    for part in ("autograded", "integrity"):
+    for part in ("autograded", "integrity", "feedback"):
         _move(os.path.join(workspace, part, student, assignment), os.path.join(root, part, student, assignment))
     return {"student": student, "assignment": assignment, "error": error, "data": data,
             "seconds": time.monotonic() - start}

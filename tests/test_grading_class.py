@@ -133,6 +133,8 @@ def test_side_by_side_grades_equal_serial_cell_by_cell_and_bad_input_is_named_wi
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == len(ANSWERS) and "4/4 done" in lines[-1] and "elapsed" in lines[-1]
     assert "slowest so far:" in done.stdout
+    for student in ANSWERS:
+        assert (course / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").exists()
 
 
 def test_an_interrupted_run_keeps_what_it_finished_leaves_nothing_running_and_resumes(course, serial):

@@ -11,8 +11,23 @@ gradient through f) or over tokens instead of assignments; capacity rounded down
 token-major dropping; every expert run on every token; dropped tokens still computed; a shared
 expert scaled or left out of the active count; the router left out of the total; dropped tokens
 sent over the network anyway; a rank that skips its idle experts (its backward all-to-all then
-never happens: a deadlock the check must turn into lost points).
+never happens: a deadlock the check must turn into lost points); the counts exchanged as int32
+where the spec says int64 (the values still come out right).
 """
+import json
+from pathlib import Path
+
+
+def _solution_with(grade_id: str, old: str, new: str) -> str:
+    """The solution's cell `grade_id` with one change: a one-line mistake in a long answer."""
+    path = Path(__file__).resolve().parents[2] / "solutions" / "06_moe" / "06_moe.ipynb"
+    cell = next(c for c in json.loads(path.read_text())["cells"]
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+    source = "".join(cell["source"])
+    assert source.count(old) == 1, f"the solution's {grade_id} cell no longer holds {old!r}"
+    return source.replace(old, new)
+
+
 
 MUTANTS = {
     'conventions': {
@@ -507,5 +522,10 @@ def top_k_gating(logits, k, softmax_first=False):
         weights = top.softmax(dim=-1)
     return weights, experts, probs
 ''',
+    },
+    'counts_int32': {
+        'expert_parallel': _solution_with(
+            'expert_parallel', "per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)",
+            "per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts).int()"),
     },
 }

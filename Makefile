@@ -25,7 +25,7 @@ student-release: setup
 	$(BIN)/python autograder/student_release.py
 
 # Grades autograder/submitted/<student>/<assignment>/ into grades.csv and feedback/, each
-# submission in a sandbox (autograder/sandbox.py), JOBS at a time (default: what the cores keep busy), and
+# submission in a sandbox (autograder/sandbox.py), JOBS at a time (default: one more than the cores), and
 # only what is new or changed since the last run. SANDBOX=off opts out of the sandbox, and says so
 # in the grades. More (--force, --shard K/N, --merge): python autograder/grade.py --help.
 autograde: setup

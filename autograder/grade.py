@@ -6,8 +6,8 @@ how far the class has:
 
     [2/6] alice 00_welcome: 5 / 7 points (16 s)  lost: pass_right_tests 0/3  [2/6 done, 0:31 elapsed, about 1:02 left]
 
-Options: ``--jobs N`` grades N submissions at a time (grading_pool.py; default: as many as the
-cores keep busy);
+Options: ``--jobs N`` grades N submissions at a time (grading_pool.py; default: one more than the
+cores, as far as memory allows);
 ``--student S`` / ``--assignment A`` grade a subset; ``--force`` regrades what was graded before
 and has not changed since (otherwise kept); ``--shard K/N`` grades shard K of N of the class into
 a gradebook of its own and ``--merge`` folds the shards into the course's (README, Grading a
@@ -29,7 +29,6 @@ time (README, Tests and benchmarks).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import contextlib
 import csv
 import json
@@ -40,6 +39,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from grading_records import graded_before, save_record  # noqa: E402
+from shards import RunLocked, merge, parse_shard, shard_folder, shard_of, run_lock  # noqa: E402
 
 
 class GradingError(RuntimeError):
@@ -172,49 +174,6 @@ def refusal(course: Course, student: str, assignment: str) -> str | None:
     return None
 
 
-def fingerprint(course: Course, student: str, assignment: str, sandbox: bool) -> str:
-    """What a grade depends on: the submitted files, the assignment's source notebooks (its
-    checks) and whether it ran in the sandbox. A change to any of them makes the grade stale."""
-    digest = hashlib.sha256(f"sandbox={sandbox}".encode())
-    for label, folder in (("submitted", os.path.join(course.submitted, student, assignment)),
-                          ("source", os.path.join(course.source, assignment))):
-        for dirpath, dirnames, filenames in os.walk(folder):
-            dirnames.sort()
-            for name in sorted(filenames):
-                path = os.path.join(dirpath, name)
-                digest.update(f"{label}/{os.path.relpath(path, folder)}\0".encode())
-                with open(path, "rb") as f:
-                    digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()
-
-
-def record_path(root: str, student: str, assignment: str) -> str:
-    """Where a finished grading is recorded, with the fingerprint it was graded at."""
-    return os.path.join(root, ".grading", "records", student, f"{assignment}.json")
-
-
-def graded_before(course: Course, gb, student: str, assignment: str, sandbox: bool) -> bool:
-    """Graded into this run's gradebook, and unchanged since."""
-    from nbgrader.api import MissingEntry
-    try:
-        with open(record_path(course.root, student, assignment)) as f:
-            record = json.load(f)
-        gb.find_submission(assignment, student)
-    except (OSError, ValueError, MissingEntry):
-        return False
-    return (record.get("fingerprint") == fingerprint(course, student, assignment, sandbox)
-            and record.get("book") == os.path.relpath(course.book, course.root))
-
-
-def save_record(course: Course, student: str, assignment: str, sandbox: bool, seconds: float) -> None:
-    path = record_path(course.root, student, assignment)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".new", "w") as f:
-        json.dump({"fingerprint": fingerprint(course, student, assignment, sandbox),
-                   "book": os.path.relpath(course.book, course.root), "seconds": round(seconds, 1)}, f)
-    os.replace(path + ".new", path)
-
-
 def score(gb, student: str, assignment: str) -> tuple[float, float, list[str]]:
     """(score, max score, the graded cells that lost points) of one submission."""
     submission = gb.find_submission(assignment, student)
@@ -261,99 +220,20 @@ def add_integrity_column(root: str, path: str) -> None:
         writer.writerows(rows)
 
 
-CORES_PER_SUBMISSION = 1.3  # a submission's kernel and ranks, graded alone (README, Grading a class)
+MEMORY_PER_SUBMISSION = 3 * 2**30  # bytes: 07 trains on 8 ranks (about 3 GiB at its peak)
 
 
 def default_jobs() -> int:
-    """Submissions graded at a time: as many as the cores keep busy. A submission's ranks mostly
-    wait on each other and on emulated device time; measured, one graded alone keeps about 1.3
-    cores busy."""
+    """Submissions graded at a time: one more than the cores, as far as memory allows. A
+    submission's ranks mostly wait on each other and on emulated device time, so one graded
+    alone leaves part of a core idle: on 2 cores, 3 at a time was the fastest measured (README,
+    Grading a class)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, round(cores / CORES_PER_SUBMISSION))
-
-
-def shard_of(student: str, assignment: str, n: int) -> int:
-    """The shard (1..n) that grades a submission: from its names alone, so every machine agrees
-    and a late submission does not move the others."""
-    return int(hashlib.sha256(f"{student}/{assignment}".encode()).hexdigest(), 16) % n + 1
-
-
-def parse_shard(text: str) -> tuple[int, int]:
     try:
-        k, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard {text!r}: write K/N, e.g. --shard 2/8 (shard 2 of 8)") from None
-    if not 1 <= k <= n:
-        raise argparse.ArgumentTypeError(f"--shard {text!r}: K must be between 1 and N")
-    return k, n
-
-
-def shard_folder(root: str, k: int, n: int) -> str:
-    return os.path.join(root, "shards", f"{k}-of-{n}")
-
-
-@contextlib.contextmanager
-def run_lock(folder: str, shard: tuple[int, int] | None):
-    """Held while a run grades into the gradebook of `folder` (a shard's, or the course's
-    `.grading/`): a second run on the same gradebook, such as two shards given the same K,
-    finds it taken and stops before grading anything."""
-    import fcntl
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "lock")
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "unknown"
-            what = ("two shards were given the same K; give each shard its own K from 1 to N" if shard
-                    else "another grading run is grading this course; wait for it to finish")
-            raise GradingError(f"{path} is held by another grading process ({holder}): {what}") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
-        f.flush()
-        yield
-
-
-def merge(course: Course) -> int:
-    """Fold every shard's gradebook into the course's (grade.py --merge)."""
-    from gradebook_copy import read_submission, submissions_in, write_submission
-    from nbgrader.api import Gradebook
-    base = os.path.join(course.root, "shards")
-    found = sorted(name for name in (os.listdir(base) if os.path.isdir(base) else [])
-                   if os.path.isfile(os.path.join(base, name, "gradebook.db")))
-    if not found:
-        print(f"No shard gradebooks under {base}/: grade with `grade.py --shard K/N` first", file=sys.stderr)
-        return 1
-    sizes = {name.split("-of-")[1] for name in found}
-    if len(sizes) > 1:
-        print(f"Shards of different N under {base}/ ({', '.join(found)}): remove the folders of the stale "
-              f"split, then merge again", file=sys.stderr)
-        return 1
-    n = int(sizes.pop())
-    missing = [k for k in range(1, n + 1) if f"{k}-of-{n}" not in found]
-    merged = 0
-    with course.gradebook() as into:
-        for name in found:
-            with Gradebook("sqlite:///" + os.path.join(base, name, "gradebook.db")) as shard:
-                for student, assignment in submissions_in(shard):
-                    write_submission(into, read_submission(shard, assignment, student))
-                    record = record_path(course.root, student, assignment)
-                    if os.path.exists(record):  # the grade now lives in the course's gradebook
-                        with open(record) as f:
-                            saved = json.load(f)
-                        saved["book"] = os.path.relpath(course.book, course.root)
-                        with open(record, "w") as f:
-                            json.dump(saved, f)
-                    merged += 1
-    print(f"Merged {merged} submissions from {len(found)} of {n} shards into {course.book}")
-    finish(course)
-    if missing:
-        print(f"Shards not graded yet: {', '.join(f'{k}/{n}' for k in missing)}; run `grade.py --shard K/{n}` "
-              f"for each, then --merge again", file=sys.stderr)
-        return 1
-    return 0
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = (cores + 1) * MEMORY_PER_SUBMISSION
+    return max(1, min(cores + 1, memory // MEMORY_PER_SUBMISSION))
 
 
 def finish(course: Course, feedback: bool = False) -> None:
@@ -424,7 +304,7 @@ def main(argv=None) -> int:
     parser.add_argument("--assignment")
     parser.add_argument("--feedback-only", action="store_true")
     parser.add_argument("--jobs", type=int, default=None,
-                        help=f"submissions graded at a time (default: about one per 1.3 cores, here {default_jobs()})")
+                        help=f"submissions graded at a time (default: one more than the cores, as memory allows; here {default_jobs()})")
     parser.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
     parser.add_argument("--shard", type=parse_shard, metavar="K/N",
                         help="grade only shard K of N of the class, into shards/K-of-N/gradebook.db")
@@ -438,7 +318,17 @@ def main(argv=None) -> int:
     if args.merge:
         course = Course(root)
         register(course, course.assignments())
-        return merge(course)
+        try:
+            missing = merge(course)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        finish(course)
+        if missing:
+            print(f"Shards not graded yet: {', '.join(missing)}; grade each with `grade.py --shard K/N`, then "
+                  f"--merge again", file=sys.stderr)
+            return 1
+        return 0
     if args.feedback_only:
         finish(Course(root), feedback=True)
         return 0
@@ -448,7 +338,6 @@ def main(argv=None) -> int:
         return 1
     sandbox = not args.no_sandbox
     if sandbox:
-        sys.path.insert(0, HERE)
         from sandbox import SandboxUnavailable, check
         try:
             check()
@@ -460,7 +349,7 @@ def main(argv=None) -> int:
     try:
         with run_lock(folder, args.shard):
             return grade(course, todo, args, sandbox, folder)
-    except GradingError as exc:
+    except RunLocked as exc:
         print(exc, file=sys.stderr)
         return 2
 

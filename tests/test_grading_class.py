@@ -21,7 +21,7 @@ import pytest
 from background import ROOT, new_course_folder
 
 sys.path.insert(0, str(ROOT / "autograder"))
-import grade  # noqa: E402
+from shards import run_lock  # noqa: E402
 from gradebook_copy import read_submission, submissions_in  # noqa: E402
 
 pytestmark = pytest.mark.notebooks
@@ -185,7 +185,7 @@ def test_shards_graded_as_separate_processes_merge_into_what_serial_gives(course
 
 
 def test_a_second_run_on_the_same_gradebook_stops_before_grading(course):
-    with grade.run_lock(str(course / "shards" / "1-of-2"), (1, 2)):  # another process grading shard 1/2
+    with run_lock(str(course / "shards" / "1-of-2"), (1, 2)):  # another process grading shard 1/2
         twice = run(course, "--shard", "1/2")
     assert twice.returncode == 2 and "two shards were given the same K" in twice.stderr
     assert "shards/1-of-2/lock" in twice.stderr and not list(course.glob("autograded/*"))

@@ -45,17 +45,26 @@ def graded_before(course, gb, student: str, assignment: str, sandbox: bool) -> b
     except (OSError, ValueError, MissingEntry):
         return False
     return (record.get("fingerprint") == fingerprint(course, student, assignment, sandbox)
-            and record.get("book") == os.path.relpath(course.book, course.root))
+            and record.get("book") == _book(course))
+
+
+def _write(path: str, record: dict) -> None:
+    """Whole (a rename) or not at all."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".new", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".new", path)
+
+
+def _book(course) -> str:
+    return os.path.relpath(course.book, course.root)
 
 
 def save_record(course, student: str, assignment: str, sandbox: bool, seconds: float) -> None:
-    """Written once the grade is in the gradebook; written whole (a rename) or not at all."""
-    path = record_path(course.root, student, assignment)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".new", "w") as f:
-        json.dump({"fingerprint": fingerprint(course, student, assignment, sandbox),
-                   "book": os.path.relpath(course.book, course.root), "seconds": round(seconds, 1)}, f)
-    os.replace(path + ".new", path)
+    """Written once the grade is in the gradebook."""
+    _write(record_path(course.root, student, assignment),
+           {"fingerprint": fingerprint(course, student, assignment, sandbox), "book": _book(course),
+            "seconds": round(seconds, 1)})
 
 
 def move_to(course, student: str, assignment: str) -> None:
@@ -64,7 +73,4 @@ def move_to(course, student: str, assignment: str) -> None:
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        saved["book"] = os.path.relpath(course.book, course.root)
-        with open(path + ".new", "w") as f:
-            json.dump(saved, f)
-        os.replace(path + ".new", path)
+        _write(path, dict(saved, book=_book(course)))

@@ -2,16 +2,19 @@
 
 That work is subprocesses that each keep about half a core busy (kernels and ranks start,
 ranks wait on each other, demonstrations sleep):
-- autograde round trips: `make autograde` (`autograder/grade.py`) of a class of submissions,
-  in a course folder (and gradebook) of its own;
+- autograde round trips: `make autograde` (`autograder/grade.py`) of each assignment's class
+  of submissions, in a course folder (and gradebook) of its own;
+- each assignment's mutants, tried in one kernel (tests/mutation_run.py);
 - nbval over solutions/, the way CI users run the notebooks.
 The session starts them all at once, BACKGROUND_JOBS at a time, biggest first, and the engine
 and browser tests run meanwhile; a test blocks only on the job it reads. Measurements:
 README, Tests and benchmarks.
 
 A test module takes part in grading by defining ``submissions(assignment) -> {student:
-notebook or (notebook, {file name: text shipped next to it})}`` and tests that are parametrized by ``assignment`` and take the ``graded`` fixture;
-a test that takes the ``nbval`` fixture gets nbval's run (conftest.py).
+notebook or (notebook, {file name: text shipped next to it})}`` and tests that are parametrized
+by ``assignment`` and take the ``graded`` fixture; every module's students of one assignment are
+graded as one class. A test that takes the ``mutated`` fixture gets the mutants' trials, and one
+that takes ``nbval`` gets nbval's run (conftest.py).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "3"))
+BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "2"))
 # The suite keeps both cores busy, so a run may take longer than a learner's 10 s deadline
 # without being stuck: the suite's kernels (background jobs, the browser's JupyterLab) get 30 s.
 # A deadlock is still stopped in seconds: grading kernels call a run a deadlock once every
@@ -72,13 +75,17 @@ class Background:
         self.lock = threading.Lock()
         self.closed = False
 
-    def start(self, classes: dict[tuple[str, str], dict], nbval: bool) -> None:
-        """Queue nbval (if asked) and one round trip per (module, assignment) -> {student:
-        notebook}; the longest first, so that the last to finish is a short one."""
+    def start(self, classes: dict[str, dict], mutated: list[str], nbval: bool) -> None:
+        """Queue nbval (if asked), the mutants of each assignment in `mutated`
+        (tests/mutation_run.py), and one round trip per assignment -> {student: notebook}; the
+        longest first, so that the last to finish is a short one."""
         if nbval:
             self.runs["nbval"] = self.pool.submit(self._run, [sys.executable, *NBVAL], None, dict(os.environ, **BUSY_MACHINE))
-        for key, students in sorted(classes.items(), key=lambda kv: -len(kv[1])):
-            self.runs[key] = self.pool.submit(self._grade, key, students)
+        for assignment, students in sorted(classes.items(), key=lambda kv: -len(kv[1])):
+            self.runs["class", assignment] = self.pool.submit(self._grade, assignment, students)
+        for assignment in mutated:
+            self.runs["mutants", assignment] = self.pool.submit(
+                self._run, [sys.executable, str(ROOT / "tests" / "mutation_run.py"), assignment], None, self.grading_env)
 
     def result(self, key) -> Finished:
         return self.runs[key].result()
@@ -91,9 +98,8 @@ class Background:
                 os.killpg(process.pid, signal.SIGKILL)
         self.pool.shutdown(cancel_futures=True)
 
-    def _grade(self, key: tuple[str, str], students: dict) -> Finished:
-        module, assignment = key
-        root = new_course_folder(self.base / module / assignment)
+    def _grade(self, assignment: str, students: dict) -> Finished:
+        root = new_course_folder(self.base / assignment)
         for student, submitted in students.items():
             # A notebook, or (notebook, {file name: text}) for files that travel next to it.
             nb, files = submitted if isinstance(submitted, tuple) else (submitted, {})

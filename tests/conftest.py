@@ -1,9 +1,11 @@
+import json
 import warnings
 
 import matplotlib.pyplot as plt
 import pytest
 
 from background import Background
+from mutation_run import RESULT as MUTATION_RESULT
 from nanoparallel import Cluster
 
 
@@ -39,16 +41,26 @@ BACKGROUND = pytest.StashKey()  # the session's Background, for the terminal sum
 def background(request, tmp_path_factory):
     """Starts, before the session's first test, the round trips and the nbval run that its tests
     will read (tests/background.py); they run while the other tests do."""
-    classes, nbval = {}, False
+    classes, mutated, nbval, modules = {}, set(), False, {}
     for item in request.session.items:
         needs = getattr(item, "fixturenames", ())
         nbval |= "nbval" in needs
+        if "mutated" in needs and hasattr(item, "callspec"):
+            mutated.add(item.callspec.params["assignment"])
         if "graded" in needs and hasattr(item, "callspec"):
-            key = (item.module.__name__, item.callspec.params["assignment"])
-            if key not in classes:
-                classes[key] = item.module.submissions(key[1])
+            # One class per assignment, whatever test modules add to it: a run of grade.py has a
+            # fixed cost (nbgrader, the gradebook, the workers), and honest and hostile
+            # submissions graded side by side is what an instructor's class is.
+            assignment = item.callspec.params["assignment"]
+            if (item.module.__name__, assignment) not in modules:
+                modules[item.module.__name__, assignment] = True
+                students = classes.setdefault(assignment, {})
+                added = item.module.submissions(assignment)
+                clash = set(students) & set(added)
+                assert not clash, f"{item.module.__name__} adds students to {assignment}'s class that another module has: {clash}"
+                students.update(added)
     jobs = Background(tmp_path_factory.mktemp("background"))
-    jobs.start(classes, nbval)
+    jobs.start(classes, sorted(mutated), nbval)
     request.config.stash[BACKGROUND] = jobs
     yield jobs
     jobs.close()
@@ -63,16 +75,29 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 @pytest.fixture
-def graded(background, request):
-    """graded(assignment) -> the `Finished` round trip of this test module's submissions of
-    `assignment` (`.root`: the autograder folder they were graded in; `.stdout`: grade.py's
-    progress lines); fails the test with grade.py's output if grading failed."""
+def graded(background):
+    """graded(assignment) -> the `Finished` round trip of `assignment`'s class, which holds every
+    test module's submissions of it (`.root`: the autograder folder they were graded in;
+    `.stdout`: grade.py's progress lines); fails the test with grade.py's output if grading failed."""
     def wait(assignment: str):
-        done = background.result((request.module.__name__, assignment))
+        done = background.result(("class", assignment))
         print(done.stdout)
         if done.returncode != 0:
             pytest.fail(f"autograding {assignment} failed:\n{done.stdout}\n{done.stderr}")
         return done
+    return wait
+
+
+@pytest.fixture
+def mutated(background):
+    """mutated(assignment) -> the outcome of tests/mutation_run.py on `assignment` (its JSON
+    result); fails the test with the run's output if it did not finish."""
+    def wait(assignment: str) -> dict:
+        done = background.result(("mutants", assignment))
+        results = [line for line in done.stdout.splitlines() if line.startswith(MUTATION_RESULT)]
+        if done.returncode != 0 or not results:
+            pytest.fail(f"trying the mutants of {assignment} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return json.loads(results[-1][len(MUTATION_RESULT):])
     return wait
 
 

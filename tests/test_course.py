@@ -1,11 +1,12 @@
 """The course as a whole: course/ is a fresh release of solutions/, the autograder gives 0 to
-blank notebooks, full marks to solutions and fewer points to plausible wrong answers, and no
-cell of a solution notebook raises.
+blank notebooks and full marks to solutions, plausible wrong answers (tests/mutants/) fail the
+checks of the exercise they get wrong, and no cell of a solution notebook raises.
 
-Each submission executes once (`make autograde`'s own run), in the background from the
-session's start (tests/background.py). Budget and measurements: README, Tests and benchmarks."""
+The blank, the solution and one mutant per notebook are graded by `make autograde`'s own run;
+every mutant is tried in one kernel per notebook (tests/mutation_run.py). Both run in the
+background from the session's start (tests/background.py). Budget and measurements: README,
+Tests and benchmarks."""
 import csv
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,24 +15,21 @@ import nbformat
 import pytest
 
 from background import ROOT, new_course_folder
+from mutation_run import CONTROL, load_mutants
 
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
 sys.path.insert(0, str(ROOT / "autograder"))
 import grade  # noqa: E402
-from mutant_packing import pack, reach  # noqa: E402
 
 
 def load_table(folder: str, assignment: str, name: str) -> dict:
-    """The table `name` (MUTANTS, TAMPERING) of tests/<folder>/<assignment>.py."""
+    """The table `name` (TAMPERING) of tests/<folder>/<assignment>.py."""
+    import importlib.util
     path = ROOT / "tests" / folder / f"{assignment}.py"
     spec = importlib.util.spec_from_file_location(f"{folder}_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return getattr(module, name)
-
-
-def load_mutants(assignment: str) -> dict:
-    return load_table("mutants", assignment, "MUTANTS")
 
 
 def cells_by_grade_id(nb) -> dict:
@@ -49,32 +47,22 @@ def solution_notebook(assignment: str):
     return nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
 
 
-def exercise_reach(nb) -> dict:
-    """{exercise: the exercises whose answers it reads} (tests/mutant_packing.py)."""
-    return reach([(c.metadata.get("nbgrader", {}).get("grade_id"), bool(c.metadata.get("nbgrader", {}).get("solution")),
-                   c.source) for c in nb.cells if c.cell_type == "code"])
-
-
-def mutant_submissions(assignment: str) -> dict:
-    """{submission name: the mutants it holds}: mutants whose answers cannot reach each other's
-    checks share one submission, named after them joined by "+" (tests/mutant_packing.py)."""
+def graded_mutant(assignment: str) -> str:
+    """The mutant that also goes through the autograder: the one that gets the most exercises
+    wrong (honest wrong answers must lose points there too, and never be flagged)."""
     mutants = load_mutants(assignment)
-    groups = pack({name: set(cells) for name, cells in mutants.items()}, exercise_reach(solution_notebook(assignment)))
-    return {"+".join(group): group for group in groups}
+    return max(mutants, key=lambda name: len(mutants[name]))
 
 
 def submissions(assignment: str) -> dict:
-    """The class graded for `assignment`: the blank release, the solution, and the mutants (the
-    solution with some cells replaced), packed into as few submissions as their checks allow."""
+    """The class graded for `assignment`: the blank release, the solution, and one mutant."""
     solution = solution_notebook(assignment)
-    found = {
+    mutant = graded_mutant(assignment)
+    return {
         "blank": nbformat.read(ROOT / "course" / assignment / f"{assignment}.ipynb", as_version=4),
         "solution": solution,
+        f"mutant_{mutant}": with_cells_replaced(solution, load_mutants(assignment)[mutant]),
     }
-    mutants = load_mutants(assignment)
-    for name, members in mutant_submissions(assignment).items():
-        found[name] = with_cells_replaced(solution, {k: v for m in members for k, v in mutants[m].items()})
-    return found
 
 
 def with_cells_replaced(nb, replacements: dict):
@@ -115,40 +103,47 @@ def test_course_is_a_fresh_release_of_solutions(course_copy, assignment):
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_autograder_blank_zero_solution_full_mutants_lose(graded, assignment):
+def test_autograder_blank_zero_solution_full_mutant_loses(graded, assignment):
     root = graded(assignment).root
-    mutants, packed = load_mutants(assignment), mutant_submissions(assignment)
-    reaches = exercise_reach(solution_notebook(assignment))
+    mutant = graded_mutant(assignment)
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         def scores(student):
             sub = gb.find_submission(assignment, student)
             return {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades if g.max_score}
 
-        blank, full = scores("blank"), scores("solution")
-        assert blank and all(score == 0 for score, _ in blank.values()), f"blank notebook scored: {blank}"
-        assert all(score == top for score, top in full.values()), f"solution lost points: {full}"
-        for student, members in packed.items():
-            got = scores(student)
-            for name in members:
-                for grade_id in mutants[name]:
-                    score, top = got[f"{grade_id}_tests"]
-                    assert score < top, f"mutant {name!r} (submission {student!r}): {grade_id}_tests kept {score}/{top} points"
-            # What no wrong answer reaches keeps its marks: a packed mutant's claim rests on that.
-            replaced = {grade_id for name in members for grade_id in mutants[name]}
-            for exercise, reads in reaches.items():
-                if exercise not in replaced and not reads & replaced and f"{exercise}_tests" in got:
-                    score, top = got[f"{exercise}_tests"]
-                    assert score == top, (f"submission {student!r} (mutants {', '.join(members)}) lost points in "
-                                          f"{exercise}_tests, which none of its wrong answers reaches: {score}/{top}")
+        blank, full, wrong = scores("blank"), scores("solution"), scores(f"mutant_{mutant}")
+    assert blank and all(score == 0 for score, _ in blank.values()), f"blank notebook scored: {blank}"
+    assert all(score == top for score, top in full.values()), f"solution lost points: {full}"
+    for grade_id in load_mutants(assignment)[mutant]:
+        score, top = wrong[f"{grade_id}_tests"]
+        assert score < top, f"mutant {mutant!r}: {grade_id}_tests kept {score}/{top} points"
     with open(root / "grades.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row["assignment"] == assignment]
-    graded = {row["student_id"] for row in rows if row["raw_score"] != ""}
-    false_alarms = {row["student_id"]: row["integrity"] for row in rows if row["integrity"]}
+    graded_students = {row["student_id"] for row in rows if row["raw_score"] != ""}
+    honest = {"blank", "solution", f"mutant_{mutant}"}
+    false_alarms = {row["student_id"]: row["integrity"] for row in rows if row["integrity"] and row["student_id"] in honest}
     assert not false_alarms, f"the grader's guard flagged honest submissions: {false_alarms}"
-    students = {"blank", "solution", *packed}
-    assert students <= graded, f"grades.csv lacks {students - graded} for {assignment}"
+    assert honest <= graded_students, f"grades.csv lacks {honest - graded_students} for {assignment}"
     assert (root / "feedback" / "solution" / assignment / f"{assignment}.html").exists()
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_mutant_fails_the_checks_of_what_it_gets_wrong(mutated, assignment):
+    """Each mutant, tried in the kernel that runs the solution (tests/mutation_run.py): the graded
+    cell of every exercise it replaces raises, while the control trial and the solution's own run
+    raise nowhere."""
+    outcome = mutated(assignment)
+    assert not outcome["solution_errors"], f"solution cells raised around the mutants' trials: {outcome['solution_errors']}"
+    tried = outcome["mutants"]
+    control = tried.pop(CONTROL)
+    assert control and not any(control.values()), f"a trial of the solution's own cells failed its checks: {control}"
+    for name, replaced in load_mutants(assignment).items():
+        for grade_id in replaced:
+            error = tried[name][f"{grade_id}_tests"]
+            assert error, f"mutant {name!r}: {grade_id}_tests passed; a check must catch this wrong answer"
+            print(f"{name}, {grade_id}_tests: {error.splitlines()[0][:200]}")
 
 
 @pytest.mark.notebooks

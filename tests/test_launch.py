@@ -198,7 +198,8 @@ def test_the_solution_passes_under_torchrun(nproc, passes):
 def test_a_wrong_answer_fails_with_the_notebooks_message(tmp_path, no_torchrun):
     """The mutant that calls dist.all_reduce: its FAIL lines are the local cluster's, word for word."""
     import test_course
-    nb = test_course.submissions("01_collectives")["forgot_sum_flat_off_by_one_not_a_ring_builtin"]
+    nb = test_course.with_cells_replaced(test_course.solution_notebook("01_collectives"),
+                                         test_course.load_mutants("01_collectives")["forgot_sum_flat_off_by_one_not_a_ring_builtin"])
     path = tmp_path / "01_collectives.ipynb"
     path.write_text(json.dumps(nb))
     status, out, err = finish(torchrun(*launcher(path, "ring_all_reduce"), nproc=4))

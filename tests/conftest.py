@@ -41,7 +41,7 @@ BACKGROUND = pytest.StashKey()  # the session's Background, for the terminal sum
 def background(request, tmp_path_factory):
     """Starts, before the session's first test, the round trips and the nbval run that its tests
     will read (tests/background.py); they run while the other tests do."""
-    classes, mutated, nbval, modules = {}, set(), False, {}
+    classes, mutated, nbval, added_by = {}, set(), False, set()
     for item in request.session.items:
         needs = getattr(item, "fixturenames", ())
         nbval |= "nbval" in needs
@@ -52,8 +52,8 @@ def background(request, tmp_path_factory):
             # fixed cost (nbgrader, the gradebook, the workers), and honest and hostile
             # submissions graded side by side is what an instructor's class is.
             assignment = item.callspec.params["assignment"]
-            if (item.module.__name__, assignment) not in modules:
-                modules[item.module.__name__, assignment] = True
+            if (item.module.__name__, assignment) not in added_by:
+                added_by.add((item.module.__name__, assignment))
                 students = classes.setdefault(assignment, {})
                 added = item.module.submissions(assignment)
                 clash = set(students) & set(added)

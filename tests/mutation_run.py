@@ -34,13 +34,18 @@ RESULT = "MUTATION RESULT "
 CONTROL = "(solution)"  # the control trial's name among the mutants
 
 
-def load_mutants(assignment: str) -> dict:
-    """{mutant: {grade_id: source}} from tests/mutants/<assignment>.py."""
-    path = ROOT / "tests" / "mutants" / f"{assignment}.py"
-    spec = importlib.util.spec_from_file_location(f"mutants_{assignment}", path)
+def load_table(folder: str, assignment: str, name: str) -> dict:
+    """The table `name` (MUTANTS, TAMPERING) of tests/<folder>/<assignment>.py."""
+    path = ROOT / "tests" / folder / f"{assignment}.py"
+    spec = importlib.util.spec_from_file_location(f"{folder}_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.MUTANTS
+    return getattr(module, name)
+
+
+def load_mutants(assignment: str) -> dict:
+    """{mutant: {grade_id: source}} from tests/mutants/<assignment>.py."""
+    return load_table("mutants", assignment, "MUTANTS")
 
 
 def grade_id(cell) -> str | None:
@@ -91,9 +96,9 @@ def run(assignment: str) -> dict:
                 outcome["mutants"][name] = _trial(client, solution, mutants[name], *spans[name])
                 outcome["seconds"][name] = round(time.monotonic() - start, 1)
             if cell.cell_type == "code":
-                client.execute_cell(_copy(cell), index)
-                if error_of(nb.cells[index]):
-                    outcome["solution_errors"][index] = error_of(nb.cells[index])
+                error = error_of(client.execute_cell(_copy(cell), index))
+                if error:
+                    outcome["solution_errors"][index] = error
     return outcome
 
 
@@ -111,9 +116,9 @@ def _trial(client, solution: list, replaced: dict, first: int, last: int) -> dic
             continue
         if grade_id(cell) in replaced:
             cell.source = replaced[grade_id(cell)].strip("\n")
-        client.execute_cell(cell, index)
+        ran = client.execute_cell(cell, index)
         if grade_id(cell) in checks:
-            seen[grade_id(cell)] = error_of(cell)
+            seen[grade_id(cell)] = error_of(ran)
     return seen
 
 

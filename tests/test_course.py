@@ -22,16 +22,6 @@ sys.path.insert(0, str(ROOT / "autograder"))
 import grade  # noqa: E402
 
 
-def load_table(folder: str, assignment: str, name: str) -> dict:
-    """The table `name` (TAMPERING) of tests/<folder>/<assignment>.py."""
-    import importlib.util
-    path = ROOT / "tests" / folder / f"{assignment}.py"
-    spec = importlib.util.spec_from_file_location(f"{folder}_{assignment}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
-
-
 def cells_by_grade_id(nb) -> dict:
     return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
             if c.metadata.get("nbgrader", {}).get("grade_id")}

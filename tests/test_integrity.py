@@ -24,7 +24,8 @@ import pytest
 import hostile
 from background import ROOT
 from ports import free_port
-from test_course import ASSIGNMENTS, load_table, with_cells_replaced
+from mutation_run import load_table
+from test_course import ASSIGNMENTS, with_cells_replaced
 
 CASES = sorted(p.stem for p in (ROOT / "tests" / "tampering").glob("*.py"))
 

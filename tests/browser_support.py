@@ -220,7 +220,8 @@ def jupyter_env(home: Path) -> dict:
 @dataclass
 class Lab:
     """A throwaway JupyterLab on a free localhost port with a random token, serving a copy of
-    course/ and solutions/ (so nothing the page saves reaches the repository)."""
+    course/ (so nothing the page saves reaches the repository); tests add their own notebooks
+    under `root`."""
     workdir: Path
     port: int = field(default_factory=free_port)
     token: str = field(default_factory=lambda: secrets.token_hex(24))
@@ -239,9 +240,8 @@ class Lab:
         return self.workdir / "jupyter.log"
 
     def start(self, timeout: float = 120.0) -> "Lab":
-        for folder in ("course", "solutions"):
-            shutil.copytree(ROOT / folder, self.root / folder,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(ROOT / "course", self.root / "course",
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         settings = self.workdir / "lab-settings"
         for rel, values in LAB_SETTINGS.items():
             path = settings / rel

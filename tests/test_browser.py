@@ -1,11 +1,13 @@
 """The course as students meet it: JupyterLab in a real browser (Debian's chromium, driven by
 Playwright), nbgrader's extension and the widgets, end to end.
 
-- every notebook in course/ opens: its cells render, its kernel starts, nothing shows an error,
-  and nbgrader's Validate button is in the toolbar;
-- every notebook in solutions/ runs cell by cell in the page (Shift+Enter, as a learner does):
-  no cell shows an error or hangs, every widget view renders as a widget (not as an error or
-  its plain-text fallback), and moving its controls changes its figure;
+- every notebook in course/, solved as a student solves it (the solution's answers in its answer
+  cells, the release's visible checks in its test cells), opens: its cells render, its kernel
+  starts, nothing shows an error and nbgrader's Validate button is in the toolbar; then it runs
+  cell by cell in the page (Shift+Enter, as a learner does): no cell shows an error or hangs,
+  every widget view renders as a widget (not as an error or its plain-text fallback), and
+  moving its controls changes its figure. (The hidden tests run where they are graded:
+  tests/test_course.py and tests/test_nbval.py.)
 - a kernel shut down from the Kernel menu leaves no worker process behind;
 - `make lab` listens on 127.0.0.1 only, refuses requests without its token and keeps the
   XSRF check on;
@@ -14,7 +16,7 @@ Playwright), nbgrader's extension and the widgets, end to end.
   renames a CSS class cannot turn them into checks that see nothing.
 
 The test's own JupyterLab runs from this environment on a free localhost port with a random
-token, serves a temporary copy of course/ and solutions/ (nothing is saved into the repository)
+token, serves a temporary copy of course/ and the solved notebooks (nothing is saved into the repository)
 and is shut down with its kernels at the end; a process left behind fails the module.
 
 Notebooks are globbed when the tests are collected, so a new notebook is tested as soon as it
@@ -51,7 +53,6 @@ from ports import free_port
 pytestmark = pytest.mark.browser
 
 COURSE = sorted(ROOT.glob("course/[0-9]*/*.ipynb"))
-SOLUTIONS = sorted(ROOT.glob("solutions/[0-9]*/*.ipynb"))
 UPDATE_SCREENSHOTS = os.environ.get("NANOPARALLEL_UPDATE_SCREENSHOTS") == "1"
 CELL_TIMEOUT = 120.0  # seconds; nbval's cell timeout in pyproject is the same
 SHUTDOWN_GRACE = 10.0  # seconds for the kernel and its workers to go after Shut Down Kernel
@@ -166,31 +167,24 @@ def test_the_checks_see_what_a_student_would_see(lab, page):
     lab.shutdown_kernels()
 
 
-# -- course/: what a student opens ----------------------------------------------------------
+# -- course/, solved as a student solves it: opened, then every cell run, every widget moved ---
 
-@pytest.mark.parametrize("notebook", COURSE, ids=lambda p: p.parent.name)
-def test_course_notebook_opens_with_validate_button(lab, page, notebook):
+def solved_by_a_student(notebook: Path):
+    """course/'s notebook with the solution's answer in each answer cell (its BEGIN/END SOLUTION
+    marker lines dropped): what a student who solved it has open. Its test cells are the release's,
+    visible checks only, so the page runs what a student runs and not the hidden tests."""
+    solution = nbformat.read(ROOT / "solutions" / notebook.parent.name / notebook.name, as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution.cells
+               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
     nb = nbformat.read(notebook, as_version=4)
-    name = f"course-{notebook.parent.name}"
-    folder = fresh_folder(name)
-    with evidence(page, name):
-        view = NotebookPage(page, lab, relative(notebook)).open()
-        assert view.count() == len(nb.cells), "not every cell of the notebook is on the page"
-        markdown = sum(1 for c in nb.cells if c.cell_type == "markdown" and c.source.strip())
-        rendered = view.panel.locator(".jp-MarkdownCell .jp-RenderedMarkdown")
-        assert rendered.count() >= markdown, "some markdown cells did not render"
-        problems = {i: e for i in range(view.count()) if view.kind(i) == "code" and (e := view.errors(i))}
-        assert not problems, f"cells show errors when the notebook is opened: {problems}"
-        button = view.panel.locator(".jp-Toolbar .validate-button")
-        button.wait_for(state="visible", timeout=30_000)
-        assert button.inner_text().strip() == "Validate"
-        assert button.locator("jp-button[disabled], button[disabled]").count() == 0, "Validate is disabled"
-        page.screenshot(path=str(folder / "notebook.png"))
-        assert not page.js_errors, f"JavaScript errors in the page: {page.js_errors}"
-    lab.shutdown_kernels()
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = "\n".join(line for line in answers.pop(grade_id).splitlines()
+                                    if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    assert not answers, f"solutions/ has answer cells that course/ lacks: {sorted(answers)} (run `make release`)"
+    return nb
 
-
-# -- solutions/: every cell run in the page, every widget moved -----------------------------
 
 def save_screenshot(root, notebook: str, k: int, folder: Path, moved: bool = False) -> Path:
     """The widget as first drawn (also the README's picture) or after its controls moved."""
@@ -219,15 +213,34 @@ def small_png(src: Path, dest: Path) -> None:
         image.convert("RGB").quantize(colors=256).save(dest, format="PNG", optimize=True)
 
 
-@pytest.mark.parametrize("notebook", SOLUTIONS, ids=lambda p: p.parent.name)
-def test_solution_notebook_runs_cell_by_cell_with_live_widgets(lab, page, notebook):
+def check_opened(view, nb, page) -> None:
+    """As opened: every cell on the page, the markdown rendered, no error shown, Validate there."""
+    assert view.count() == len(nb.cells), "not every cell of the notebook is on the page"
+    markdown = sum(1 for c in nb.cells if c.cell_type == "markdown" and c.source.strip())
+    rendered = view.panel.locator(".jp-MarkdownCell .jp-RenderedMarkdown")
+    assert rendered.count() >= markdown, "some markdown cells did not render"
+    problems = {i: e for i in range(view.count()) if view.kind(i) == "code" and (e := view.errors(i))}
+    assert not problems, f"cells show errors when the notebook is opened: {problems}"
+    button = view.panel.locator(".jp-Toolbar .validate-button")
+    button.wait_for(state="visible", timeout=30_000)
+    assert button.inner_text().strip() == "Validate"
+    assert button.locator("jp-button[disabled], button[disabled]").count() == 0, "Validate is disabled"
+    assert not page.js_errors, f"JavaScript errors in the page: {page.js_errors}"
+
+
+@pytest.mark.parametrize("notebook", COURSE, ids=lambda p: p.parent.name)
+def test_course_notebook_opens_then_runs_cell_by_cell_with_live_widgets(lab, page, notebook):
     name = notebook.parent.name
     folder = fresh_folder(name)
     report = {"notebook": relative(notebook), "cells": [], "widgets": []}
-    nb = nbformat.read(notebook, as_version=4)
+    nb = solved_by_a_student(notebook)
+    where = Path("solved") / name / notebook.name
+    (lab.root / where).parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, lab.root / where)
     with evidence(page, name):
-        view = NotebookPage(page, lab, relative(notebook)).open()
-        assert view.count() == len(nb.cells), "not every cell of the notebook is on the page"
+        view = NotebookPage(page, lab, where.as_posix()).open()
+        check_opened(view, nb, page)
+        page.screenshot(path=str(folder / "notebook.png"))
         t0 = time.monotonic()
         widgets_in_page = {}
         for i, cell in enumerate(nb.cells):

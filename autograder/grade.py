@@ -10,7 +10,7 @@ Options: ``--jobs N`` grades N submissions at a time (grading_pool.py; default: 
 cores, as far as memory allows);
 ``--student S`` / ``--assignment A`` grade a subset; ``--force`` regrades what was graded before
 and has not changed since (otherwise kept); ``--shard K/N`` grades shard K of N of the class into
-a gradebook of its own and ``--merge`` folds the shards into the course's (README, Grading a
+a gradebook of its own and ``--merge`` folds the shards into the course's (docs/grading.md, Grading a
 class); ``--feedback-only`` skips autograding; ``--root DIR`` grades a course folder other than
 this one (the tests use it); ``--no-sandbox`` grades without the sandbox of sandbox.py, which is
 then said on every progress line and in grades.csv (its `sandbox` column). Without that opt-out,
@@ -24,7 +24,7 @@ rest of the class is graded, and the run exits 1.
 
 nbgrader's commands run in long-lived processes (`Course`), not as one `nbgrader` process per
 submission: importing nbgrader costs about 2 s of CPU, which a class of submissions paid each
-time (README, Tests and benchmarks).
+time (docs/testing.md).
 """
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ MEMORY_PER_SUBMISSION = 3 * 2**30  # bytes: 07 trains on 8 ranks (about 3 GiB at
 def default_jobs() -> int:
     """Submissions graded at a time: one more than the cores, as far as memory allows. A
     submission's ranks mostly wait on each other and on emulated device time, so one graded
-    alone leaves part of a core idle: on 2 cores, 3 at a time was the fastest measured (README,
+    alone leaves part of a core idle: on 2 cores, 3 at a time was the fastest measured (docs/grading.md,
     Grading a class)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:

@@ -4,7 +4,7 @@ in a sandbox per submission (sandbox.py).
 `GuardedExecute` replaces nbgrader's `Execute` in `Autograde`, and `WitnessedScores` its
 `SaveAutoGrades` (see nbgrader_config.py). For each submission it:
 
-1. writes a plan for the kernel's guard (`nanoparallel.guard`) into a private file: a fresh random
+1. writes a plan for the kernel's guard (`nanoparallel.grading.guard`) into a private file: a fresh random
    key, the writing end of a pipe for its records, a nonce per locked and graded cell, each graded
    cell's exact code, the names the submission's solution cells define (the only names it may
    bind), the digests of the course's own code; which cell is which comes from the instructor's
@@ -45,10 +45,10 @@ from nbgrader import utils as nbgrader_utils
 from nbgrader.preprocessors import Execute, SaveAutoGrades
 from traitlets import Any, Bool, List
 
-from nanoparallel.cluster import environment
-from nanoparallel.guard import ENV as GUARD_ENV, GRADED_FUNCTION
-from nanoparallel.provenance import code_digest, nested_codes
-from nanoparallel.rank_guard import ENV as RANKS_ENV
+from nanoparallel.runtime.cluster import environment
+from nanoparallel.grading.guard import ENV as GUARD_ENV, GRADED_FUNCTION
+from nanoparallel.grading.provenance import code_digest, nested_codes
+from nanoparallel.grading.rank_guard import ENV as RANKS_ENV
 
 FUTURE_ANNOTATIONS = 0x1000000  # __future__.annotations.compiler_flag
 
@@ -417,7 +417,7 @@ class GuardedExecute(PollsInSlices, Execute):
     """Execute, witnessed and sandboxed: see the module docstring."""
 
     extra_arguments = List(["--HistoryManager.hist_file=:memory:",
-                            "--IPKernelApp.extra_extensions=nanoparallel.guard"]).tag(config=True)
+                            "--IPKernelApp.extra_extensions=nanoparallel.grading.guard"]).tag(config=True)
     sandbox = Bool(True, help="Run each submission's kernel and ranks in a sandbox (sandbox.py). "
                               "Off only by the instructor's explicit opt-out (grade.py --no-sandbox).").tag(config=True)
 

@@ -24,7 +24,7 @@ c.ExecutePreprocessor.timeout = 60
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r".*(FutureWarning|DeprecationWarning).*"
 
-# Grading integrity: run every submission with the guard (see guarded_execute.py and the README).
+# Grading integrity: run every submission with the guard (see guarded_execute.py and docs/grading.md).
 import sys  # noqa: E402
 
 sys.path.insert(0, here)

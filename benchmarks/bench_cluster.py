@@ -49,10 +49,10 @@ def spawn_once() -> float:
 FIRST_OPTIMIZER = """
 import sys, time
 import torch
-import nanoparallel.cluster
-nanoparallel.cluster._PRELOAD = sys.argv[1].split(",")
+import nanoparallel.runtime.cluster
+nanoparallel.runtime.cluster._PRELOAD = sys.argv[1].split(",")
 start = time.perf_counter()
-with nanoparallel.cluster.Cluster(world_size=4) as cluster:
+with nanoparallel.runtime.cluster.Cluster(world_size=4) as cluster:
     cluster.run(lambda: torch.optim.Adam(torch.nn.Linear(4, 4).parameters()).step())
 print(time.perf_counter() - start)
 """
@@ -110,7 +110,7 @@ def main() -> None:
 
     # The first optimizer a rank makes imports torch._dynamo (and sympy), about a second of
     # CPU, unless the fork server already did; interleaved, three starts each.
-    from nanoparallel.cluster import _PRELOAD
+    from nanoparallel.runtime.cluster import _PRELOAD
     without = [m for m in _PRELOAD if m != "torch._dynamo"]
     starts = {"torch": [], "torch + torch._dynamo": []}
     for _ in range(3):

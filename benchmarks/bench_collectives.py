@@ -9,8 +9,8 @@ notebook. Both run on the same 4-rank cluster, interleaved, for float32 messages
 done when every rank is). Bus bandwidth, as NCCL's tests define it for all-reduce:
 busbw = 2(P-1)/P · bytes / time, the rate each rank's link would need.
 
-The racing loop and the bandwidth formulas are the engine's (`nanoparallel.race`), shared with
-`python -m nanoparallel.launch NOTEBOOK --exercise ring_all_reduce --bench`.
+The racing loop and the bandwidth formulas are the engine's (`nanoparallel.runtime.race`), shared with
+`python -m nanoparallel.grading.launch NOTEBOOK --exercise ring_all_reduce --bench`.
 
 Target (issue 01): the ring within 1.5x of the built-in from 16 MiB up, where bandwidth, not
 Python's per-call overhead, decides. Shared machines are noisy: treat single runs as provisional.
@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from nanoparallel import Cluster
-from nanoparallel.race import SIZES, busbw, fmt_bytes, repeats_for, slowest_median, time_both
-from nanoparallel.viz.units import human_rate
+from nanoparallel.runtime.race import SIZES, busbw, fmt_bytes, repeats_for, slowest_median, time_both
+from nanoparallel.runtime.units import human_rate
 from solution_cells import run_cells
 
 WORLD = 4

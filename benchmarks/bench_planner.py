@@ -12,7 +12,7 @@ import dataclasses
 
 from solution_cells import run_cells
 
-from nanoparallel.planner import NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, candidate_plans, search
+from nanoparallel.lessons.planner import NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, candidate_plans, search
 
 BATCH = 1536
 

@@ -6,7 +6,7 @@ first's cell by cell. Not part of `make bench` (a full class takes hours on 2 co
 
 Each student submits every assignment; the submissions cycle through the solution, the blank
 release and the course's mutants (tests/mutants/), and student 1's 00_welcome deadlocks (a
-mutant where every rank sends first). Figures: README, Grading a class.
+mutant where every rank sends first). Figures: docs/grading.md, Grading a class.
 """
 import argparse
 import shutil

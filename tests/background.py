@@ -8,7 +8,7 @@ ranks wait on each other, demonstrations sleep):
 - nbval over solutions/, the way CI users run the notebooks.
 The session starts them all at once, BACKGROUND_JOBS at a time, biggest first, and the engine
 and browser tests run meanwhile; a test blocks only on the job it reads. Measurements:
-README, Tests and benchmarks.
+docs/testing.md.
 
 A test module takes part in grading by defining ``submissions(assignment) -> {student:
 notebook or (notebook, {file name: text shipped next to it})}`` and tests that are parametrized
@@ -66,7 +66,7 @@ class Background:
     """Jobs keyed by name, run `jobs` at a time; `base` holds the round trips' course folders."""
 
     def __init__(self, base: Path, jobs: int = BACKGROUND_JOBS):
-        from nanoparallel.cluster import STALL_ENV
+        from nanoparallel.runtime.cluster import STALL_ENV
         self.base = base
         self.grading_env = dict(os.environ, **BUSY_MACHINE, **{STALL_ENV: STALL_SECONDS})
         self.pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="background")

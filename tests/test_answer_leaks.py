@@ -87,16 +87,16 @@ CLUSTER_NAMES = {"cluster", "Cluster", "TorchrunCluster"}
 # Callables a student can reach that the search does not call, and why: they start processes,
 # wait on other processes, or change this process for good (hooks, tracers, signals).
 NOT_CALLED = {
-    "nanoparallel.cluster.Cluster": "starts rank processes",
-    "nanoparallel.cluster.worker_main": "a rank's main loop",
-    "nanoparallel.torchrun_cluster.TorchrunCluster": "starts rank processes",
-    "nanoparallel.torchrun_cluster.die_with_parent_process": "changes this process (prctl)",
-    "nanoparallel.launch.main": "starts rank processes",
-    "nanoparallel.guard.install": "installs the grading guard in this process",
-    "nanoparallel.guard.load_ipython_extension": "installs the grading guard in this process",
-    "nanoparallel.rank_guard.install": "installs the rank guard in this process",
-    "nanoparallel.context.set_current_tracer": "changes this process's tracer",
-    "nanoparallel.race.time_both": "runs collectives on a process group",
+    "nanoparallel.runtime.cluster.Cluster": "starts rank processes",
+    "nanoparallel.runtime.cluster.worker_main": "a rank's main loop",
+    "nanoparallel.runtime.torchrun_cluster.TorchrunCluster": "starts rank processes",
+    "nanoparallel.runtime.torchrun_cluster.die_with_parent_process": "changes this process (prctl)",
+    "nanoparallel.grading.launch.main": "starts rank processes",
+    "nanoparallel.grading.guard.install": "installs the grading guard in this process",
+    "nanoparallel.grading.guard.load_ipython_extension": "installs the grading guard in this process",
+    "nanoparallel.grading.rank_guard.install": "installs the rank guard in this process",
+    "nanoparallel.runtime.context.set_current_tracer": "changes this process's tracer",
+    "nanoparallel.runtime.race.time_both": "runs collectives on a process group",
 }
 # torch callables with an obvious equivalent of an exercise of ASSIGNMENTS.
 TORCH = ["torch.distributed.pipelining._schedule_visualizer.get_schedule_ops",

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from nanoparallel.checks import (assert_all_waited, assert_bytes_sent, assert_close, assert_ops_used,
+from nanoparallel.grading.checks import (assert_all_waited, assert_bytes_sent, assert_close, assert_ops_used,
                                  assert_ops_within, assert_peers, assert_ranks_close)
-from nanoparallel.trace import Trace, TraceEvent
+from nanoparallel.runtime.trace import Trace, TraceEvent
 
 
 def event(rank, op, peer=None, sent=0, recv=0, end=1.0):

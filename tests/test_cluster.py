@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from nanoparallel import Cluster, ClusterError, DeadlockError, RankError, board
-from nanoparallel.board import COMM
+from nanoparallel import Cluster, ClusterError, DeadlockError, RankError
+from nanoparallel.runtime import board
+from nanoparallel.runtime.board import COMM
 
 
 def rank_and_size():

@@ -1,4 +1,4 @@
-"""The ranks' witness of communication the trace did not see (nanoparallel/comm_witness.py): its
+"""The ranks' witness of communication the trace did not see (nanoparallel/grading/comm_witness.py): its
 pure rules, and guarded ranks that communicate past the trace (stopped) or through it (not)."""
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from nanoparallel import Cluster, RankError, rank_guard
-from nanoparallel.cluster import environment
-from nanoparallel.comm_witness import origin, point_to_point_ops
+from nanoparallel import Cluster, RankError
+from nanoparallel.grading import rank_guard
+from nanoparallel.runtime.cluster import environment
+from nanoparallel.grading.comm_witness import origin, point_to_point_ops
 
 TORCH = os.path.dirname(torch.__file__) + os.sep
 ENGINE = os.path.dirname(os.path.abspath(rank_guard.__file__)) + os.sep

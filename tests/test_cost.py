@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from nanoparallel import cost
-from nanoparallel.cost import (ACCELERATORS, ALGORITHMS, COLLECTIVES, LINKS, Accelerator, Link,
+from nanoparallel.lessons import cost
+from nanoparallel.lessons.cost import (ACCELERATORS, ALGORITHMS, COLLECTIVES, LINKS, Accelerator, Link,
                                busiest_rank_bytes, collective_steps, collective_time,
                                crossover_size, send_time, total_traffic)
 

@@ -4,8 +4,8 @@ checks of the exercise they get wrong, and no cell of a solution notebook raises
 
 The blank, the solution and one mutant per notebook are graded by `make autograde`'s own run;
 every mutant is tried in one kernel per notebook (tests/mutation_run.py). Both run in the
-background from the session's start (tests/background.py). Budget and measurements: README,
-Tests and benchmarks."""
+background from the session's start (tests/background.py). Budget and measurements:
+docs/testing.md."""
 import csv
 import json
 import sys

@@ -9,8 +9,9 @@ import types
 import pytest
 import torch
 
-from nanoparallel import Cluster, RankError, rank_guard
-from nanoparallel.provenance import Provenance, code_digest
+from nanoparallel import Cluster, RankError
+from nanoparallel.grading import rank_guard
+from nanoparallel.grading.provenance import Provenance, code_digest
 
 
 def test_library_objects_are_not_notebook_made():
@@ -18,7 +19,8 @@ def test_library_objects_are_not_notebook_made():
     import collections
     import dataclasses
 
-    from nanoparallel import checks, cost
+    from nanoparallel.grading import checks
+    from nanoparallel.lessons import cost
     for obj in (torch.allclose, torch.Tensor, torch.nn.Linear(2, 2), checks.assert_close, cost.LINKS["nvlink"],
                 collections.OrderedDict, dataclasses.dataclass, os.path.join, print, types):
         assert not prov.is_notebook(obj), obj

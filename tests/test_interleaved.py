@@ -1,8 +1,8 @@
 """Interleaved 1F1B on paper: Megatron-LM's order, its bubble and its memory against the papers."""
 import pytest
 
-from nanoparallel.interleaved import ChunkOp, interleaved_1f1b_schedule, simulate_interleaved
-from nanoparallel.schedule import Op, ScheduleError, simulate
+from nanoparallel.lessons.pipeline.interleaved import ChunkOp, interleaved_1f1b_schedule, simulate_interleaved
+from nanoparallel.lessons.pipeline.schedule import Op, ScheduleError, simulate
 
 
 @pytest.mark.parametrize("p, v, m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (8, 2, 16), (4, 4, 12)])

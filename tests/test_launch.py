@@ -1,4 +1,4 @@
-"""An exercise of a notebook on torchrun's ranks (`nanoparallel.launch`, `TorchrunCluster`).
+"""An exercise of a notebook on torchrun's ranks (`nanoparallel.grading.launch`, `TorchrunCluster`).
 
 The pure tests read notebooks (which cells and checks run, on how many ranks, what needs the
 local cluster) and refuse bad input without a process. The `notebooks`-marked tests start
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from nanoparallel import Cluster, launch, race
-from nanoparallel.notebook_exercise import ExerciseError, Notebook
-from nanoparallel.torchrun_cluster import in_torchrun
+from nanoparallel import Cluster
+from nanoparallel.grading import launch
+from nanoparallel.runtime import race
+from nanoparallel.grading.notebook_exercise import ExerciseError, Notebook
+from nanoparallel.runtime.torchrun_cluster import in_torchrun
 from ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +178,7 @@ def finish(job: subprocess.Popen) -> tuple[int, str, str]:
 
 
 def launcher(notebook: Path, exercise: str, *more) -> list:
-    return ["-m", "nanoparallel.launch", notebook, "--exercise", exercise, *more]
+    return ["-m", "nanoparallel.grading.launch", notebook, "--exercise", exercise, *more]
 
 
 def failures(out: str) -> str:

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from nanoparallel.memory import (MemoryReport, PeakMemory, gradient_bytes, model_memory,
+from nanoparallel.runtime.memory import (MemoryReport, PeakMemory, gradient_bytes, model_memory,
                                  optimizer_state_bytes, parameter_bytes, peak_memory,
                                  tensor_bytes)
 
@@ -163,7 +163,7 @@ def test_peak_memory_prints_nothing():
     # Graded cells score 0 if anything reaches stderr, even a C++ log line.
     script = textwrap.dedent("""
         import torch
-        from nanoparallel.memory import peak_memory
+        from nanoparallel.runtime.memory import peak_memory
         before = torch.empty(300_000)
         for _ in range(2):
             with peak_memory() as m:
@@ -188,7 +188,7 @@ def test_dtensor_parameters_count_their_local_shard():
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor, Shard, init_device_mesh
 
-    from nanoparallel.memory import parameter_bytes
+    from nanoparallel.runtime.memory import parameter_bytes
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from nanoparallel.models import (GPTConfig, MLPConfig, TinyGPT, TinyMLP, count_parameters,
+from nanoparallel.lessons.models import (GPTConfig, MLPConfig, TinyGPT, TinyMLP, count_parameters,
                                  make_gpt_batch, make_mlp_batch)
-from nanoparallel.reference import ReferenceRun, loss_fn, split_batch, train_reference
+from nanoparallel.lessons.reference import ReferenceRun, loss_fn, split_batch, train_reference
 
 MODELS = [(TinyMLP, MLPConfig, make_mlp_batch), (TinyGPT, GPTConfig, make_gpt_batch)]
 IDS = ["mlp", "gpt"]

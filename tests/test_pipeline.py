@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from nanoparallel import region
-from nanoparallel.pipeline import WeightGradStore, saved_activations
+from nanoparallel.lessons.pipeline.stage import WeightGradStore, saved_activations
 
 
 def test_weight_grad_store_runs_each_micro_batch_when_asked():
@@ -111,7 +111,7 @@ def test_saved_activations_count_each_storage_once():
 def test_saved_activations_of_a_gpt_block_match_the_derived_fp32_formula():
     """What notebook 05 derives for its blocks (fp32, no dropout): 16 sbh + a s^2 b values, the two
     LayerNorms' mean and 1/std per token, and the causal mask's s^2 booleans."""
-    from nanoparallel.models import Block, GPTConfig
+    from nanoparallel.lessons.models import Block, GPTConfig
     for b, s, h, a in [(2, 16, 32, 2), (3, 8, 48, 4), (2, 12, 40, 5)]:
         block = Block(GPTConfig(n_embd=h, n_head=a, block_size=s))
         with saved_activations(exclude=list(block.parameters()) + list(block.buffers())) as saved:

@@ -3,7 +3,7 @@ search enumerates, and its ranking with given memory and time functions (stand-i
 notebook's formulas)."""
 import pytest
 
-from nanoparallel.planner import (CLUSTERS, MODELS, NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, ClusterSpec, ModelSpec,
+from nanoparallel.lessons.planner import (CLUSTERS, MODELS, NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, ClusterSpec, ModelSpec,
                                   candidate_plans, search)
 
 

@@ -4,10 +4,10 @@ Pure logic, no processes. The schedules here are written out by hand: the course
 are the learner's answers and live only in the solution notebook."""
 import pytest
 
-from nanoparallel.schedule import (Op, ScheduleError, Timeline, parse_op, peak_held, peak_in_flight, peak_memory, simulate,
+from nanoparallel.lessons.pipeline.schedule import (Op, ScheduleError, Timeline, parse_op, peak_held, peak_in_flight, peak_memory, simulate,
                                    timeline_from_trace, validate)
-from nanoparallel.torch_schedules import TorchScheduleUnavailable, torch_schedule
-from nanoparallel.trace import Trace, TraceEvent
+from nanoparallel.lessons.pipeline.torch_schedules import TorchScheduleUnavailable, torch_schedule
+from nanoparallel.runtime.trace import Trace, TraceEvent
 
 
 def ops(text):

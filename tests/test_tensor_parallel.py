@@ -1,8 +1,8 @@
 """Megatron's layout of TinyGPT as data: which parameter is split how (and no more: each rank's
 slice is notebook 05's exercise 2)."""
-import nanoparallel.tensor_parallel as tensor_parallel
-from nanoparallel.models import GPTConfig, TinyGPT
-from nanoparallel.tensor_parallel import split_of
+import nanoparallel.lessons.tensor_parallel as tensor_parallel
+from nanoparallel.lessons.models import GPTConfig, TinyGPT
+from nanoparallel.lessons.tensor_parallel import split_of
 
 
 def test_every_tinygpt_parameter_has_its_megatron_split():

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import nanoparallel
-from nanoparallel.trace import collective_bytes
+from nanoparallel.runtime.trace import collective_bytes
 
 
 def p2p_ring():

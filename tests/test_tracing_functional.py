@@ -3,7 +3,7 @@ like a learner's own torch.distributed calls (same op names, same byte conventio
 import torch
 import torch.distributed as dist
 
-from nanoparallel.trace import collective_bytes
+from nanoparallel.runtime.trace import collective_bytes
 
 
 def functional_calls():
@@ -65,7 +65,7 @@ def sequence_parallel_block():
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
 
-    from nanoparallel.models import Block, GPTConfig
+    from nanoparallel.lessons.models import Block, GPTConfig
     p = dist.get_world_size()
     mesh = init_device_mesh("cpu", (p,))
     block = Block(GPTConfig(n_head=4))

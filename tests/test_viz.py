@@ -8,11 +8,11 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from nanoparallel.trace import Trace, TraceEvent
-from nanoparallel.viz import bandwidth_widget, human_bytes, human_seconds, plot_link_times, plot_trace, trace_widget
-from nanoparallel.viz.timeline import match_messages, op_color
-from nanoparallel.viz.units import human_rate
-from nanoparallel.viz.widgets import CUSTOM, SIZE_PRESETS, log_slider_shows
+from nanoparallel.runtime.trace import Trace, TraceEvent
+from nanoparallel.lessons.viz import bandwidth_widget, human_bytes, human_seconds, plot_link_times, plot_trace, trace_widget
+from nanoparallel.runtime.timeline import match_messages, op_color
+from nanoparallel.runtime.units import human_rate
+from nanoparallel.lessons.viz.widgets import CUSTOM, SIZE_PRESETS, log_slider_shows
 
 BAR_GIDS = ("event", "compute", "never-waited")
 
@@ -193,7 +193,7 @@ def test_draws_into_a_given_axes_and_trace_plot_delegates():
 # ---- link times ----------------------------------------------------------------------------
 
 def test_link_times_bars_in_order_with_link_time_widths():
-    from nanoparallel.cost import LINKS
+    from nanoparallel.lessons.cost import LINKS
     nbytes = 14e9
     fig = plot_link_times(nbytes)
     render(fig)
@@ -212,7 +212,7 @@ def test_link_times_bars_in_order_with_link_time_widths():
 
 
 def test_link_times_with_custom_links_and_axes():
-    from nanoparallel.cost import Link
+    from nanoparallel.lessons.cost import Link
     links = {"slow": Link("slow", 1e9, 1e-5), "fast": Link("fast", 1e11, 1e-6)}
     fig = Figure()
     ax = fig.add_subplot()

@@ -12,16 +12,16 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from nanoparallel import cost
-from nanoparallel.trace import Trace, TraceEvent
-from nanoparallel.viz.collective_costs import (ALGORITHM_LABELS, PRESETS, cost_widget, crossovers, fastest,
+from nanoparallel.lessons import cost
+from nanoparallel.runtime.trace import Trace, TraceEvent
+from nanoparallel.lessons.viz.collective_costs import (ALGORITHM_LABELS, PRESETS, cost_widget, crossovers, fastest,
                                                plot_collective_costs)
-from nanoparallel.viz.ring import (AG, RS, chunk_sizes, count_rounds, decode_message, decode_value,
+from nanoparallel.lessons.viz.ring import (AG, RS, chunk_sizes, count_rounds, decode_message, decode_value,
                                    encode_input, holding_label, message_rounds, plot_ring_step,
                                    record_ring_all_reduce, ring_stepper, schedule_from_sends,
                                    textbook_schedule)
-from nanoparallel.viz.units import human_bytes, human_rate, human_seconds
-from nanoparallel.viz.widgets import CUSTOM
+from nanoparallel.runtime.units import human_bytes, human_rate, human_seconds
+from nanoparallel.lessons.viz.widgets import CUSTOM
 
 
 pytestmark = pytest.mark.usefixtures("quiet_pictures")

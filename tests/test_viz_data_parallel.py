@@ -6,12 +6,12 @@ import math
 import pytest
 from matplotlib.figure import Figure
 
-from nanoparallel.trace import Trace, TraceEvent
-from nanoparallel.viz.ddp_timeline import (bucket_labels, ddp_overlap, ddp_timeline_widget, overlapped_step,
+from nanoparallel.runtime.trace import Trace, TraceEvent
+from nanoparallel.lessons.viz.ddp_timeline import (bucket_labels, ddp_overlap, ddp_timeline_widget, overlapped_step,
                                            plot_ddp_comparison, plot_ddp_timeline, plot_step_overlap)
-from nanoparallel.viz.memory_calculator import MODEL_PRESETS, default_accelerators, memory_widget, plot_memory
-from nanoparallel.viz.units import human_bytes
-from nanoparallel.viz.widgets import CUSTOM
+from nanoparallel.lessons.viz.memory_calculator import MODEL_PRESETS, default_accelerators, memory_widget, plot_memory
+from nanoparallel.runtime.units import human_bytes
+from nanoparallel.lessons.viz.widgets import CUSTOM
 
 MIXED = {"parameters": 2, "gradients": 2, "master weights": 4, "optimizer states": 8}
 

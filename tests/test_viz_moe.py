@@ -3,7 +3,7 @@ the expert-load curves. Routings are written out by hand, no processes."""
 import pytest
 import torch
 
-from nanoparallel.viz.moe import expert_loads, plot_expert_load, plot_routing, routing_explorer
+from nanoparallel.lessons.viz.moe import expert_loads, plot_expert_load, plot_routing, routing_explorer
 
 pytestmark = pytest.mark.usefixtures("quiet_pictures")
 EXPERTS = torch.tensor([[0, 1], [0, 2], [0, 1], [1, 0], [3, 0]])

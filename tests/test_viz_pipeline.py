@@ -5,8 +5,8 @@ import io
 import pytest
 from matplotlib.figure import Figure
 
-from nanoparallel.schedule import Timeline, parse_op, simulate
-from nanoparallel.viz.pipeline import KIND_COLORS, plot_schedule, plot_schedules, schedule_explorer
+from nanoparallel.lessons.pipeline.schedule import Timeline, parse_op, simulate
+from nanoparallel.lessons.viz.pipeline import KIND_COLORS, plot_schedule, plot_schedules, schedule_explorer
 
 pytestmark = pytest.mark.usefixtures("quiet_pictures")
 

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from nanoparallel.planner import NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, Ranked, candidate_plans, search
-from nanoparallel.viz.planner import plot_feasible, plot_plans, planner_widget
+from nanoparallel.lessons.planner import NEOX_20B, NEOX_CLUSTER, NEOX_PLAN, Ranked, candidate_plans, search
+from nanoparallel.lessons.viz.planner import plot_feasible, plot_plans, planner_widget
 
 pytestmark = pytest.mark.usefixtures("quiet_pictures")
 

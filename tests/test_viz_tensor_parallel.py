@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from nanoparallel.viz.tensor_parallel import (MODEL_PRESETS, activation_memory_calculator, layer_bytes,
+from nanoparallel.lessons.viz.tensor_parallel import (MODEL_PRESETS, activation_memory_calculator, layer_bytes,
                                               plot_activation_memory, plot_sharding, sharding_explorer)
 
 pytestmark = pytest.mark.usefixtures("quiet_pictures")

@@ -8,9 +8,9 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from nanoparallel.trace import Trace, TraceEvent
-from nanoparallel.viz.timeline import op_color
-from nanoparallel.viz.zero import (DEFAULT_N, gathered_layers_held, layer_label, memory_curves, memory_widget,
+from nanoparallel.runtime.trace import Trace, TraceEvent
+from nanoparallel.runtime.timeline import op_color
+from nanoparallel.lessons.viz.zero import (DEFAULT_N, gathered_layers_held, layer_label, memory_curves, memory_widget,
                                    plot_memory_per_gpu, plot_zero3_timeline, smallest_fitting_n,
                                    zero3_timeline_widget)
 

@@ -264,7 +264,7 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
         "bucketed_ddp": _BUCKETS_INIT.replace("for p in reversed(params):", "for p in params:") + _GRAD_READY
                         + _FINISH + _TRAIN_STEP,
         # the right bytes, looked up in the engine's cost model instead of derived
-        "comm_bytes": "from nanoparallel.cost import busiest_rank_bytes\n" + _COMM.format(
+        "comm_bytes": "from nanoparallel.lessons.cost import busiest_rank_bytes\n" + _COMM.format(
             ddp='busiest_rank_bytes("all_reduce", n_params * bytes_per_elem, world_size)', server="(world_size - 1) * n"),
     },
 }

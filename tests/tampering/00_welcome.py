@@ -39,7 +39,7 @@ assert_close = assert_ranks_close = assert_ops_within = lambda *args, **kwargs: 
 '''), "zero": ALL, "full": []},
     # Patching the engine's module attributes that the checks call.
     "patch_engine_module": {"cells": _all_stubbed('''
-import nanoparallel.checks as _checks
+import nanoparallel.grading.checks as _checks
 _checks._compare = lambda *args, **kwargs: None
 for _name in ("assert_ops_within", "assert_peers", "assert_bytes_sent", "assert_all_waited"):
     setattr(_checks, _name, lambda *args, **kwargs: None)
@@ -63,7 +63,7 @@ get_ipython().set_custom_exc((BaseException,), lambda *args, **kwargs: None)
     # Monkeypatching Cluster.run and the trace: fake results, an empty trace.
     "patch_cluster_and_trace": {"cells": {"pass_right": '''
 from nanoparallel import Cluster
-from nanoparallel.trace import Trace
+from nanoparallel.runtime.trace import Trace
 _real_run = Cluster.run
 def _fake_run(self, fn, *args, **kwargs):
     out = _real_run(self, lambda: __import__("torch").zeros(0))
@@ -108,8 +108,8 @@ get_ipython().ast_transformers.append(_NoAsserts())
 ''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
     # Patching the grader's guard itself (its classifier), then the checks.
     "patch_the_guard": {"cells": {"pass_right": '''
-import nanoparallel.provenance as _provenance
-import nanoparallel.checks as _checks
+import nanoparallel.grading.provenance as _provenance
+import nanoparallel.grading.checks as _checks
 _provenance.Provenance.is_notebook = lambda self, obj, depth=0: False
 _checks._compare = lambda *args, **kwargs: None
 ''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},

@@ -10,7 +10,7 @@ def naive_all_reduce(tensor, root=0):
 TAMPERING = {
     # Disable the trace checks where the graded cells call them, and the names they imported.
     "silence_trace_checks": {"cells": {"naive_all_reduce": '''
-import nanoparallel.checks as _checks
+import nanoparallel.grading.checks as _checks
 for _name in ("assert_ops_within", "assert_peers", "assert_bytes_sent", "assert_all_waited"):
     setattr(_checks, _name, lambda *args, **kwargs: None)
     globals()[_name] = lambda *args, **kwargs: None
@@ -19,7 +19,7 @@ for _name in ("assert_ops_within", "assert_peers", "assert_bytes_sent", "assert_
     "tamper_inside_ranks": {"cells": {"naive_all_reduce": '''
 def naive_all_reduce(tensor, root=0):
     import torch.distributed as d
-    import nanoparallel.tracing as tracing
+    import nanoparallel.runtime.tracing as tracing
     for name in dir(tracing):
         if name.startswith("_record") or name == "record":
             setattr(tracing, name, lambda *args, **kwargs: None)
@@ -31,10 +31,10 @@ def naive_all_reduce(tensor, root=0):
     "sys_modules_and_cluster_run": {"cells": {"naive_all_reduce": '''
 import sys, types
 from nanoparallel import Cluster
-from nanoparallel.trace import Trace
-_fake = types.ModuleType("nanoparallel.checks")
+from nanoparallel.runtime.trace import Trace
+_fake = types.ModuleType("nanoparallel.grading.checks")
 _fake.assert_ops_within = _fake.assert_peers = lambda *args, **kwargs: None
-sys.modules["nanoparallel.checks"] = _fake
+sys.modules["nanoparallel.grading.checks"] = _fake
 _real_run = Cluster.run
 Cluster.run = lambda self, fn, *args, **kwargs: _real_run(self, fn, *args, **kwargs)
 Trace.comm = lambda self: []

@@ -1,0 +1,135 @@
+"""What a rank communicated that its trace did not see (guarded grading only; `rank_guard`).
+
+The trace is recorded in Python, by wrappers around torch.distributed's functions, in the same
+process as the notebook's code. That code can reach the backend without them: a process group's
+own methods (`group.allreduce`, `_get_backend(...).send`), torch's operators
+(`torch.ops.c10d.allreduce_`), the function a wrapper wraps (`dist.all_reduce.__wrapped__`).
+Two counters kept in C++, which notebook code can raise but not lower or rewrite, tell on it:
+
+- torch's flight recorder keeps every collective of every process group, with the Python stack
+  that issued it. A collective with no tracing wrapper between the backend and the first code
+  outside torch is communication the trace did not see. (Collectives that torch's autograd
+  engine issues in a backward pass, such as the backward of an autograd-aware functional
+  collective, are torch's own.)
+- each registered process group counts the operations it ran, point-to-point ones included (the
+  flight recorder keeps no point-to-point operations on gloo). More than the traced calls and
+  the collectives can explain is point-to-point traffic the trace did not see.
+
+What this does not see: point-to-point messages on a process group the notebook built for itself
+and never registered; a run with more than FLIGHT_RECORDER_ENTRIES collectives (the recorder's
+oldest entries are gone, so only the counts are checked); events the notebook writes into the
+tracer itself. docs/grading.md ("Grading integrity") lists these.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+
+FLIGHT_RECORDER_ENTRIES = 512
+# (torch before 2.8 records only NCCL collectives: there only the counts are checked)
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES)}
+_TRACERS = ("tracing.py", "tracing_functional.py")
+_AUTOGRAD_ENGINE = (os.path.join("torch", "autograd", "graph.py"), os.path.join("torch", "autograd", "__init__.py"))
+
+
+def point_to_point_ops(op: str, group_size: int) -> int:
+    """How many point-to-point backend operations one traced call makes on gloo, at most
+    (measured on torch 2.13: the object variants send a size, then the bytes; a monitored barrier
+    is a send and a receive per other rank on rank 0, one of each on the others)."""
+    if op in ("send", "recv", "isend", "irecv"):
+        return 1
+    if op in ("send_object_list", "recv_object_list"):
+        return 2
+    if op == "monitored_barrier":
+        return 2 * max(group_size - 1, 1)
+    return 0
+
+
+def origin(frames: list[dict], torch_dir: str, engine_dir: str) -> tuple[str, dict | None]:
+    """Who issued a recorded collective, from its Python stack (innermost frame first). Past
+    torch's own frames, the first other frame decides: the engine's tracing ("traced"), the
+    engine itself ("engine"), or anything else, notebook code or a standard-library helper that
+    called the backend for it ("notebook"). A collective that torch's autograd engine issued
+    during a backward pass is torch's own ("library")."""
+    backward = False
+    for frame in frames:
+        filename = frame.get("filename", "")
+        real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
+        if real.startswith(engine_dir):
+            return ("traced" if os.path.basename(real) in _TRACERS else "engine"), frame
+        if real.startswith(torch_dir):
+            backward |= real.endswith(_AUTOGRAD_ENGINE) and frame.get("name") in ("_engine_run_backward", "backward", "grad")
+            continue
+        return ("library" if backward else "notebook"), frame
+    return "library", None
+
+
+class CommWitness:
+    """Counts, across one run, what the backend did against what the trace recorded."""
+
+    def __init__(self):
+        import torch
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+        self._c10d, self._dist = c10d, dist
+        self._torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+        # the package's root (this file is in nanoparallel/grading/)
+        self._engine_dir = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+        self._dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)
+        self._last_id = self._entries_after(-1)[1]
+        self._groups: dict = {}
+
+    def begin(self) -> None:
+        self._groups = {}
+        for group in self._registered():
+            self._groups[group] = self._count(group)
+
+    def untraced(self, traced_calls: list[tuple[str, int]]) -> str | None:
+        """Why the run's communication was not all traced (None when it was). `traced_calls`:
+        (op, group size) of every call the trace recorded in the run."""
+        entries, newest = self._entries_after(self._last_id)
+        lost = max(0, newest - self._last_id - len(entries))  # fell out of the recorder's ring
+        self._last_id = newest
+        for entry in entries:
+            who, frame = origin(entry.get("frames") or [], self._torch_dir, self._engine_dir)
+            if who == "notebook":
+                where = f"{frame.get('filename')}:{frame.get('line')}" if frame else "?"
+                return (f"notebook code ran {entry.get('profiling_name', 'a collective')} itself, not through "
+                        f"the traced torch.distributed functions ({where})")
+        counted = 0
+        for group in set(self._groups) | set(self._registered()):
+            try:
+                counted += self._count(group) - self._groups.get(group, 0)
+            except Exception:  # a group destroyed during the run: it counts nothing more
+                continue
+        registered = self._registered_names()
+        collectives = sum(1 for e in entries if tuple(e.get("process_group") or ("?",))[0] in registered) + lost
+        expected = sum(point_to_point_ops(op, n) for op, n in traced_calls)
+        if counted - collectives > expected:
+            return (f"the rank's process groups ran {counted - collectives - expected} point-to-point "
+                    "operation(s) more than its traced calls made: notebook code sent or received outside "
+                    "the traced torch.distributed functions")
+        return None
+
+    def _registered(self) -> list:
+        if not self._dist.is_initialized():
+            return []
+        return [g for g in list(self._c10d._world.pg_map) if g is not None]
+
+    def _registered_names(self) -> set:
+        return {getattr(g, "group_name", None) for g in self._registered()}
+
+    @staticmethod
+    def _count(group) -> int:
+        return group._get_sequence_number_for_group()
+
+    def _entries_after(self, last_id: int) -> tuple[list[dict], int]:
+        """The recorder's entries newer than `last_id`, and the newest id (or `last_id`)."""
+        if self._dump is None:
+            return [], last_id
+        try:
+            dump = pickle.loads(self._dump(includeCollectives=True, includeStackTraces=True, onlyActive=False))
+        except Exception:  # no recorder in this build, or nothing recorded yet
+            return [], last_id
+        entries = [e for e in dump.get("entries", []) if e.get("record_id", -1) > last_id]
+        return entries, max([last_id] + [e["record_id"] for e in entries])

@@ -1,0 +1,525 @@
+"""The autograder's witness inside a submission's kernel.
+
+Loaded as an IPython extension before any cell (`autograder/guarded_execute.py` starts kernels
+with it and with `NANOPARALLEL_GUARD` naming a plan file); without that variable it does nothing.
+It reads the plan (a fresh key, the cells to expect, the digests of the course's own code),
+deletes it, and installs an audit hook (PEP 578: Python lets no code remove one). From then on:
+
+- every locked cell announces itself on its first line and at its end, and each graded cell runs
+  wrapped in one `if` block that announces its start and, on its very last line, its end. The
+  kernel is sent only a request to run graded cell N: the hook runs the code it holds, so the
+  checks' text never sits where notebook code could read it during the cell (`In`, linecache),
+  and the checks run as a function's body, so their values are locals, not globals;
+- at a graded cell's end the hook checks that the frame reaching it runs exactly the course's
+  code for that cell (a digest of the code object), in the notebook's namespace, and that
+  everything the cell reads is as the course shipped it: names bound by locked cells (same
+  object, same contents), the builtins, `sys.modules`, IPython's input/AST transformers, event
+  callbacks and exception handlers, tracing, torch's function modes and library overrides, and,
+  through the objects those names reach, every module attribute, class attribute, instance
+  attribute, default and closure (nothing of it made by notebook code);
+- it writes one record per graded cell, MAC'd with the key, into a pipe the grader reads. A
+  graded cell scores its points only with a valid "ok" record, and 0 without one, whatever the
+  cell shows (autograder/guarded_execute.py, `WitnessedScores`).
+
+Operations that could reach the key (walking the interpreter's objects with `gc`, other threads'
+frames, tracing or profiling hooks, `ctypes`, another audit hook, the process's memory in /proc)
+destroy the key when notebook code performs them: every later graded cell then has no valid
+record and scores 0, and the grader flags the submission. What this stops and what it does not is
+stated in docs/grading.md ("Grading integrity").
+"""
+from __future__ import annotations
+
+import __future__
+import builtins
+import hashlib
+import importlib
+import hmac
+import json
+import linecache
+import os
+import signal
+import sys
+import types
+
+from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
+                                     is_under_library_roots, nested_codes, notebook_on_stack)
+
+ENV = "NANOPARALLEL_GUARD"
+GRADED_FUNCTION = "_nanoparallel_graded_cell"  # what a graded cell's checks run as (guarded_execute.wrap_graded)
+# Audit events through which code could reach objects it holds no reference to (the hook's key):
+# walking the garbage collector, other threads' frames, trace and profile functions, another hook.
+# The ranks' guard adds sys._getframe, since a rank's worker loop sits below notebook code.
+PROBES = frozenset({"sys.settrace", "sys.setprofile", "sys._current_frames", "gc.get_objects",
+                    "gc.get_referrers", "gc.get_referents", "sys.addaudithook"})
+
+
+def load_ipython_extension(ip) -> None:
+    plan_path = os.environ.pop(ENV, None)
+    if plan_path:
+        install(ip, plan_path)
+
+
+def install(ip, plan_path: str) -> None:
+    with open(plan_path) as f:
+        plan = json.load(f)
+    os.unlink(plan_path)
+    # The writing end of a pipe the grader reads: lines can be added, none taken back. Programs
+    # the kernel starts do not inherit it.
+    fd = plan["records_fd"]
+    os.set_inheritable(fd, False)
+    _import_engine()
+    # Everything the hook needs lives in this closure: no module attribute points at it.
+    sys.audit("nanoparallel.guard_installing")
+    _hook = _make_hook(ip, bytes.fromhex(plan["key"]), fd, plan)
+    sys.addaudithook(_hook)
+
+
+def _import_engine() -> None:
+    """Load torch and the engine (not its pictures) before any cell, so that what they are now is
+    what the guard remembers."""
+    import pkgutil
+
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import nanoparallel
+    pictures = ("nanoparallel.lessons.viz", "nanoparallel.runtime.timeline")
+    for info in pkgutil.walk_packages(nanoparallel.__path__, "nanoparallel."):
+        if not info.name.startswith(pictures):
+            importlib.import_module(info.name)
+
+
+def _shape(value, depth: int = 0):
+    """A comparable summary of plain data (numbers, strings, containers of them); None otherwise."""
+    t = type(value)
+    if t in (int, float, str, bool, bytes, type(None)):
+        return (t.__name__, value)
+    if depth > 3:
+        return None
+    if t in (list, tuple, set, frozenset):
+        items = [_shape(v, depth + 1) for v in value]
+        return (t.__name__, sorted(map(repr, items)) if t in (set, frozenset) else items)
+    if t is dict:
+        return ("dict", sorted((repr(k), repr(_shape(v, depth + 1))) for k, v in value.items()))
+    return None
+
+
+def _hook_findings(ip, prov: Provenance) -> list[str]:
+    """Notebook code installed where IPython or Python would run it instead of, or around, a cell."""
+    found = []
+    manager = getattr(ip, "input_transformer_manager", None)
+    places = {
+        "IPython's input transformers": [*ip.input_transformers_cleanup, *ip.input_transformers_post,
+                                         *getattr(manager, "line_transforms", []),
+                                         *getattr(manager, "token_transformers", [])],
+        "IPython's AST transformers": list(ip.ast_transformers),
+        "IPython's event callbacks": [cb for cbs in ip.events.callbacks.values() for cb in cbs],
+        "the shell's own methods": [v for v in vars(ip).values()
+                                    if type(v) in (types.FunctionType, types.MethodType)],
+        "sys.meta_path or sys.path_hooks": [*sys.meta_path, *sys.path_hooks],
+        "sys.excepthook or sys.displayhook": [sys.excepthook, sys.displayhook],
+        "tracing or profiling": [f for f in (sys.gettrace(), sys.getprofile()) if f is not None],
+        # A Python signal handler is handed the frame that was running: the checks' locals.
+        "a signal handler": [h for h in map(signal.getsignal, signal.valid_signals()) if callable(h)],
+    }
+    for where, items in places.items():
+        if any(prov.is_notebook(item) for item in items):
+            found.append(f"notebook code was installed in {where}")
+    if ip.custom_exceptions:
+        found.append("a custom exception handler was set (set_custom_exc)")
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        found.append("a trace or profile function is active")
+    torch = sys.modules.get("torch")
+    if torch is not None and (torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack()):
+        found.append("a torch function or dispatch mode is active")
+    return found
+
+
+# Methods through which a value can answer a check instead of being checked: comparisons, truth,
+# conversions to numbers, isinstance hooks, torch's overrides, a faked __class__.
+_LYING = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__float__", "__int__",
+          "__index__", "__complex__", "__instancecheck__", "__subclasscheck__", "__torch_function__",
+          "__torch_dispatch__", "__class__", "__array__", "__round__", "__abs__")
+
+
+def _lying_classes(prov: Provenance) -> list[str]:
+    """Classes whose notebook-written methods decide how their values compare or convert."""
+    found, stack, seen = [], [object, type], set()
+    while stack:
+        cls = stack.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        try:
+            stack.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+        namespace = cls.__dict__
+        for name in _LYING:
+            value = namespace.get(name)
+            if value is not None and prov.is_notebook(value) and not _generated_eq(cls, name, value):
+                found.append(f"the notebook's class {cls.__qualname__} defines {name}: its values could "
+                             "answer a check instead of being checked")
+    return found
+
+
+def _generated_eq(cls, name: str, fn) -> bool:
+    """The __eq__ that @dataclass writes (field by field), which decides nothing by itself."""
+    import dataclasses
+    if name != "__eq__" or "__dataclass_fields__" not in cls.__dict__ or type(fn) is not types.FunctionType:
+        return False
+    fields = [f.name for f in dataclasses.fields(cls) if f.compare]
+    probe = dataclasses.make_dataclass("Probe", fields).__eq__.__code__
+    return fn.__code__.co_code == probe.co_code and fn.__code__.co_names == probe.co_names
+
+
+# Long: the audit hook and its parts (record, destroy, findings_for, _walk, on_marker,
+# run_graded, hook) share what this closure captured before any cell ran: the guard's own
+# functions, the builtins, the engine's data, the key. As module attributes, notebook code could
+# rebind them; as closure cells, it cannot reach them.
+def _make_hook(ip, key: bytes, fd: int, plan: dict):
+    user_ns = ip.user_ns
+    cells = plan["cells"]                     # nonce -> {grade_id, kind, digest, binds}
+    exempt = frozenset(plan["exempt"])        # names the submission's solution cells define
+    trusted = frozenset(plan["trusted_code"])
+    notebook_code: set = set()
+    prov = Provenance(user_ns, trusted, notebook_code)
+    # The guard's own code and what it calls, by identity: checked before the guard uses any of it,
+    # so that patching this module, provenance or the standard modules it relies on is caught.
+    from nanoparallel.grading import provenance
+    own = [(namespace, key, value)
+           for namespace in (globals(), vars(provenance), Provenance.__dict__, vars(types), vars(hmac),
+                             vars(hashlib), vars(json), vars(builtins))
+           for key, value in list(namespace.items()) if callable(value) and key not in _SWAPPED]
+    own += [(vars(sys), key, getattr(sys, key)) for key in ("gettrace", "getprofile", "_getframe", "audit")]
+    builtins_before = dict(builtins.__dict__)
+    # The engine's own data (constants, tables): the walk compares what it reaches with this.
+    engine_data = {(name, key): _shape(value) for name, module in list(sys.modules.items())
+                   if name.startswith("nanoparallel") and module is not None
+                   for key, value in list(vars(module).items()) if _shape(value) is not None}
+    modules_before = dict(sys.modules)
+    # What happened that a graded cell's end cannot see any more (a transient change, a rank's
+    # report): charged to the graded cell running, or else to the next one.
+    pending: list = []
+    state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None}
+    _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
+    # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
+    _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
+
+    def record(entry: dict) -> None:
+        if state["key"] is None:
+            return
+        body = _dumps(entry, sort_keys=True)
+        mac = _hmac_new(state["key"], body.encode(), hashlib.sha256).hexdigest()
+        try:
+            _write(fd, f"{mac} {body}\n".encode())
+        except OSError:
+            state["key"] = None
+
+    def destroy(reason: str) -> None:
+        record({"kind": "probe", "reason": reason, "after": state["last_cell"]})
+        state["key"] = None
+
+    missing = _MISSING
+
+    def findings_for(frame, nonce: str) -> list[str]:
+        for namespace, key, value in own:
+            if namespace.get(key, missing) is not value:
+                destroy(f"notebook code replaced {key}, which the grader's guard relies on")
+                return [f"the grader's guard was patched ({key})"]
+        found = []
+        cell = cells[nonce]
+        flags = frame.f_code.co_flags & _FUTURE_FLAGS
+        expected = code_digest(compile(cell["source"], "<cell>", "exec", flags=flags, dont_inherit=True))
+        if code_digest(frame.f_code) != expected:
+            found.append("the code that reached this cell's last line is not the cell as the course wrote it")
+        if frame.f_globals is not user_ns or frame.f_builtins is not builtins.__dict__:
+            found.append("the cell ran in a namespace other than the notebook's")
+        for name, value in builtins_before.items():
+            now = builtins.__dict__.get(name, _MISSING)
+            # IPython swaps input(), exit() and friends around each cell: there only a
+            # notebook-made replacement counts.
+            if now is _MISSING or (now is not value and (name not in _SWAPPED or prov.is_notebook(now))):
+                found.append(f"the builtin {name!r} was replaced or removed")
+        for name in builtins.__dict__.keys() - builtins_before.keys():
+            if prov.is_notebook(builtins.__dict__[name]):
+                found.append(f"a builtin {name!r} was added")
+        for name, module in modules_before.items():
+            if sys.modules.get(name) is not module and name != "__main__":
+                found.append(f"sys.modules[{name!r}] was replaced or removed")
+        found += _hook_findings(ip, prov)
+        found += _lying_classes(prov)
+        found += _walk(frame.f_code, frozenset(cell["binds"]))
+        found += pending
+        pending.clear()
+        return found
+
+    # Long: one breadth-first walk over what a graded cell's code reaches; its cases (globals,
+    # attributes, closures, defaults, modules) feed one queue and one seen-set.
+    def _walk(code, own_binds: frozenset) -> list[str]:
+        found = []
+        names: set = set()
+        for c in nested_codes(code):
+            names.update(c.co_names)
+        attrs = set(names)
+        queue, seen = [], set()
+
+        def reach(name, namespace, label):
+            if name not in namespace or (namespace is user_ns and _ipython_managed(name)):
+                return
+            value = namespace[name]
+            if namespace is user_ns:
+                if name in exempt:
+                    return  # the submission's own answer: its business
+                base = state["baseline"].get(name)
+                if base is not None:
+                    if value is not base[0]:
+                        found.append(f"{name!r}, defined by a locked cell, was rebound")
+                        return
+                    if base[1] is not None and _shape(value) != base[1]:
+                        found.append(f"{name!r}, defined by a locked cell, was changed in place")
+            queue.append((label, value))
+
+        for name in names - own_binds:  # what the cell binds itself, its own code put there
+            reach(name, user_ns, name)
+        while queue:
+            label, obj = queue.pop()
+            if id(obj) in seen or len(seen) > 20000:
+                continue
+            seen.add(id(obj))
+            if prov.is_notebook(obj):
+                found.append(f"{label} is notebook code, not the course's ({prov.why(obj)})")
+                continue
+            t = type(obj)
+            if t is types.ModuleType:
+                namespace = obj.__dict__
+                for n in attrs & namespace.keys():
+                    before = engine_data.get((obj.__name__, n))
+                    if before is not None and _shape(namespace[n]) != before:
+                        found.append(f"{obj.__name__}.{n} was changed")
+                    queue.append((f"{obj.__name__}.{n}", namespace[n]))
+            elif t is types.FunctionType:
+                if _expand(obj):
+                    fcode = obj.__code__
+                    for c in nested_codes(fcode):
+                        attrs.update(c.co_names)
+                        for n in c.co_names:
+                            reach(n, obj.__globals__, f"{obj.__module__}.{n}")
+                    for d in obj.__defaults__ or ():
+                        queue.append((f"a default of {obj.__qualname__}", d))
+                    for d in (obj.__kwdefaults__ or {}).values():
+                        queue.append((f"a default of {obj.__qualname__}", d))
+                    for cell in obj.__closure__ or ():
+                        try:
+                            queue.append((f"a variable captured by {obj.__qualname__}", cell.cell_contents))
+                        except ValueError:
+                            pass
+            elif t is types.MethodType:
+                queue.append((label, obj.__func__))
+                queue.append((label, obj.__self__))
+            elif t in (staticmethod, classmethod):
+                queue.append((label, obj.__func__))
+            elif t is property:
+                queue += [(label, f) for f in (obj.fget, obj.fset, obj.fdel) if f is not None]
+            elif isinstance(obj, type):
+                for n in attrs:
+                    for klass in obj.__mro__:
+                        if n in klass.__dict__:
+                            queue.append((f"{obj.__qualname__}.{n}", klass.__dict__[n]))
+                            break
+            else:
+                try:
+                    namespace = object.__getattribute__(obj, "__dict__")
+                except (AttributeError, TypeError):
+                    namespace = None
+                if type(namespace) is dict:
+                    for n in attrs & namespace.keys():
+                        queue.append((f"{label}.{n}", namespace[n]))
+                queue.append((f"type({label})", t))
+        return found
+
+    def _expand(fn) -> bool:
+        # Follow the engine's code and the course's cells; other libraries are checked where a
+        # name reaches them, not walked through.
+        return fn.__globals__ is user_ns or is_engine_file(fn.__code__.co_filename)
+
+    def on_marker(event: str, nonce) -> None:
+        cell = cells.get(nonce) if type(nonce) is str else None
+        if cell is None:
+            record({"kind": "finding", "reason": f"an unknown cell marker {event}"})
+            return
+        if event == "nanoparallel.locked_end":
+            for name in cell["binds"]:
+                if name in user_ns:
+                    value = user_ns[name]
+                    state["baseline"][name] = (value, _shape(value))
+            return
+        if event in ("nanoparallel.locked", "nanoparallel.graded_begin"):
+            state["last_cell"] = cell["grade_id"]
+            if event == "nanoparallel.graded_begin":
+                state["graded"] = nonce
+                # What happened outside a graded cell is gone by now (a stopped rank restarts) or
+                # still visible to this cell's own checks: report it, charge it to no cell.
+                for reason in pending:
+                    record({"kind": "finding", "reason": reason})
+                pending.clear()
+                # Tampering that is already in place is reported even if the cell then fails.
+                for reason in findings_for(_getframe(2), nonce):
+                    record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
+            return
+        # graded_end: the frame that called sys.audit is the cell's own code
+        frame = _getframe(2)
+        found = findings_for(frame, nonce) if state["graded"] == nonce else \
+            ["this cell's end was reached without its start"]
+        state["graded"] = None
+        record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
+                "status": "ok" if not found else "tampered", "findings": found[:20]})
+
+    def run_graded(nonce) -> None:
+        """Run a graded cell's code, which only this closure holds, as the cell: in the notebook's
+        namespace, with IPython's compiler flags. Its hidden tests are blank in linecache, so a
+        traceback shows their messages but not their lines."""
+        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+        cell = cells.get(nonce) if type(nonce) is str else None
+        if cell is None or cell["kind"] != "graded" or nonce in ran:
+            pending.append("a graded cell's code was asked for twice, or for a cell that is not graded")
+            raise RuntimeError("nanoparallel's grader runs each graded cell once")
+        ran.add(nonce)
+        name = f"graded-cell-{cell['grade_id']}.py"
+        _lines[name] = (sum(map(len, cell["shown"])), None, list(cell["shown"]), name)
+        flags = getattr(getattr(ip, "compile", None), "flags", 0)
+        flags = flags & _FUTURE_FLAGS if type(flags) is int else 0
+        try:
+            _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
+        except BaseException as exc:
+            # The checks run as a function's body (guarded_execute.wrap_graded): what their visible
+            # part bound before they failed reaches the notebook, as it would from a cell.
+            tb = exc.__traceback__
+            while tb is not None:
+                frame = tb.tb_frame
+                if frame.f_code.co_name == GRADED_FUNCTION and frame.f_globals is user_ns:
+                    exports = set(cell.get("exports", ()))  # what the visible checks bind, no more
+                    user_ns.update((k, v) for k, v in frame.f_locals.items() if k in exports)
+                    break
+                tb = tb.tb_next
+            raise
+
+    ran: set = set()
+
+    def hook(event: str, args) -> None:
+        __tracebackhide__ = True  # noqa: F841
+        if state["busy"]:
+            return
+        if event == "nanoparallel.graded_run":
+            # Not busy while it runs: the cell's own events (its markers, what it calls) are heard.
+            run_graded(args[0] if args else None)
+            return
+        if event == "sys.addaudithook" and state.get("installed"):
+            if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
+                destroy("the notebook tried to add an audit hook")
+            raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
+        if not event.startswith(("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
+                                 "object.__setattr__", "open")) and not (
+                event == "object.__getattr__" and state["graded"] is not None):
+            return
+        state["busy"] = True
+        try:
+            if event == "nanoparallel.guard_installing":
+                return
+            if event.startswith("nanoparallel."):
+                if event == "nanoparallel.rank_tamper":
+                    pending.append(f"a rank was stopped by its guard: {args[0]}")
+                else:
+                    on_marker(event, args[0] if args else None)
+                return
+            if event in ("exec", "function.__new__"):
+                code = args[0]
+                if isinstance(code, types.CodeType) and is_library_file(code.co_filename) and \
+                        _importing(_caller()):
+                    return  # a library module's own code, run by an import the notebook asked for
+                if isinstance(code, types.CodeType) and frame_is_notebook(_caller(), notebook_code):
+                    notebook_code.update(id(c) for c in nested_codes(code))
+                    _keep.append(code)  # ids must stay unique while remembered
+                return
+            if event == "object.__setattr__":
+                target, name = args[0], args[1]
+                if type(target) is types.FunctionType and not prov.is_notebook(target) and \
+                        frame_is_notebook(_caller(), notebook_code):
+                    pending.append(f"notebook code set {name} of {target.__qualname__}")
+                return
+            if event == "open":
+                path, mode = args[0], args[1] if len(args) > 1 else None
+                writing = type(mode) is str and any(m in mode for m in "wax+") or (
+                    type(mode) is int and mode & (os.O_WRONLY | os.O_RDWR))
+                # Python itself writes bytecode caches while it imports what a cell asked for.
+                caching = type(path) is str and "__pycache__" in path and _importing(_caller())
+                if type(path) is str and writing and not caching and is_under_library_roots(path) and \
+                        notebook_on_stack(_caller(), notebook_code):
+                    destroy(f"the notebook wrote to the installed file {path}")
+                    return
+                if type(path) is str and path.startswith("/proc/") and path.rstrip("/").endswith(("mem", "environ")) \
+                        and notebook_on_stack(_caller(), notebook_code):
+                    destroy(f"the notebook opened {path}")
+                return
+            if state["graded"] is not None and (event == "sys._getframe" or (
+                    event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS)) \
+                    and _reaches_frames(_caller(), notebook_code, trusted):
+                # The running checks' frames hold their expected values and the answers' inputs.
+                pending.append(f"notebook code reached for the frames of the running checks "
+                               f"({event}{'' if event == 'sys._getframe' else ' ' + args[1]})")
+                return
+            if (event in PROBES or event.startswith("ctypes.")) and state["key"] is not None \
+                    and frame_is_notebook(_caller(), notebook_code):
+                destroy(f"the notebook called {event}")
+        finally:
+            state["busy"] = False
+
+    def _caller():
+        # Frame 0 is this helper, 1 the hook; 2 is the code that raised the event.
+        return _getframe(2)
+
+    _keep: list = []
+    state["installed"] = True
+    record({"kind": "installed"})
+    return hook
+
+
+_MISSING = object()
+_FUTURE_FLAGS = sum(getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)
+# Builtins that IPython and ipykernel set per cell or per request.
+_SWAPPED = frozenset({"input", "raw_input", "exit", "quit", "get_ipython", "display", "_", "__", "___"})
+
+
+def _ipython_managed(name: str) -> bool:
+    """Names IPython itself rebinds in the namespace: outputs (_, __, _12), inputs (_i, _i12), In, Out."""
+    return name in ("In", "Out", "_oh", "_ih", "_dh", "_i", "_ii", "_iii", "exit", "quit", "get_ipython") or \
+        name.strip("_") == "" or (name.startswith("_") and name.lstrip("_i").isdigit())
+
+
+# Frame attributes Python audits: with one, code reaches the frames of whoever called it.
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+# Standard modules whose business is to hand frames to their caller.
+_FRAME_HANDLERS = frozenset({"inspect.py", "traceback.py"})
+
+
+def _reaches_frames(frame, notebook_code, trusted) -> bool:
+    """Whether notebook code asked for a frame, itself or through inspect or traceback (other
+    standard modules, such as warnings and logging, read a frame for their own purposes)."""
+    while frame is not None and os.path.basename(frame.f_code.co_filename) in _FRAME_HANDLERS \
+            and is_library_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    code = frame.f_code
+    if id(code) in notebook_code:
+        return True
+    return not (code.co_filename.startswith("<frozen") or is_library_file(code.co_filename)
+                or code_digest(code) in trusted)
+
+
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename == "<frozen importlib._bootstrap>":
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,235 @@
+"""Memory accounting: what a model, its gradients and its optimizer hold, and the peak of a block.
+
+    from nanoparallel.runtime.memory import model_memory, peak_memory
+    print(model_memory(model, optimizer))      # parameters / gradients / optimizer, in MB
+    with peak_memory() as m:
+        loss = model(x).sum(); loss.backward()
+    m.peak                                      # bytes
+
+The static counts are what the ZeRO paper (Rajbhandari et al., 2020, section 3.1) adds up as
+model states: parameters, gradients and optimizer states. Each storage is counted once, by
+the bytes it really holds on this rank, so tied weights count once and a parameter whose
+storage was freed (``untyped_storage().resize_(0)``, the way FSDP drops a gathered weight)
+counts 0. The activations are what `peak_memory` catches on top.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import glob
+import os
+import sys
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+MB = 1e6  # decimal, like the GB/s of the cost model
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """The logical size of `t`: numel * element_size (a view counts its own elements only)."""
+    return t.numel() * t.element_size()
+
+
+def _held_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors`: what they really hold in memory."""
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None or t.device.type == "meta":     # meta tensors have a shape but no memory
+            continue
+        if hasattr(t, "to_local"):                    # a DTensor (FSDP2): this rank's shard
+            t = t.to_local()
+        storage = t.untyped_storage()
+        key = (t.device, storage.data_ptr())         # tied or aliased tensors share a storage
+        if storage.nbytes() == 0 or key in seen:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the parameters this rank holds; tied weights count once."""
+    return _held_bytes(model.parameters())
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the ``.grad`` tensors held right now (a None grad holds nothing)."""
+    return _held_bytes(p.grad for p in model.parameters())
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in ``optimizer.state``.
+
+    For fp32 Adam that is exp_avg and exp_avg_sq, 2 x the parameters (K = 8 bytes per param;
+    the ZeRO paper's K = 12 adds the fp32 master copy of mixed precision), plus one ``step``
+    per parameter tensor, which torch keeps as a 4-byte float32 scalar tensor: real memory,
+    so it is counted.
+    """
+    return _held_bytes(value for state in optimizer.state.values()
+                       for value in state.values() if isinstance(value, torch.Tensor))
+
+
+@dataclass
+class MemoryReport:
+    """Model states in bytes (ZeRO paper, section 3.1)."""
+    parameters: int
+    gradients: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer
+
+    def __str__(self) -> str:
+        rows = [("parameters", self.parameters), ("gradients", self.gradients),
+                ("optimizer", self.optimizer), ("total", self.total)]
+        return "\n".join(f"{name:<11}{n / MB:12.3f} MB" for name, n in rows)
+
+
+def model_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+                 ) -> MemoryReport:
+    """Parameters, gradients and optimizer states held right now."""
+    return MemoryReport(parameter_bytes(model), gradient_bytes(model),
+                        optimizer_state_bytes(optimizer) if optimizer is not None else 0)
+
+
+class PeakMemory:
+    """Peak bytes of CPU tensors allocated inside the block and still alive at the peak
+    (what was already allocated before entering does not count).
+
+    It replays the allocator's own events, recorded by torch's profiler with
+    ``profile_memory=True``: every allocation and free, including temporaries inside an op,
+    the autograd graph's saved tensors, and ``untyped_storage().resize_(0)``. Freeing a tensor
+    that was allocated before the block does not lower the count below what the block added.
+
+    ``retained`` is noisy inside a cluster rank: gloo frees some of its buffers on its own
+    threads, so it can differ by tens of kB between identical steps; ``peak`` is stable.
+
+    Limits: CPU memory only; allocations on the calling thread (and the autograd engine's work
+    for it) only; it cannot run inside another torch profiler (it raises). The profiler records
+    every op too. Measured on torch 2.13 CPU, one thread, an MLP of 8 Linear(256, 256) + ReLU,
+    batch 32, forward and backward: the block runs ~15-20% slower (2.2 ms against 1.9 ms), and
+    each measurement adds ~2.5 ms fixed (start 0.4, stop 1.0, replaying the events 1.1).
+
+    It prints nothing. torch's profiler writes a line to stderr when it starts and stops, and
+    the CPU allocator logs a warning when a block from before the profiler is freed; both are
+    silenced here, the first by muting file descriptors 1 and 2 only while the profiler starts
+    and stops (no code of yours runs then), the second by raising c10's log level to ERROR for
+    the block, which also hides other C++ warnings logged inside it.
+    """
+
+    def __init__(self):
+        self.peak = 0        # bytes, set on exit
+        self.allocated = 0   # bytes allocated inside the block, in total
+        self.retained = 0    # bytes allocated inside the block and still alive at exit
+        self._profiler = None
+        self._log_level = None
+
+    def __enter__(self) -> PeakMemory:
+        if self._profiler is not None:
+            raise RuntimeError("this PeakMemory is already measuring a block; use a new one")
+        if torch.autograd._profiler_enabled():
+            # Starting ours would silently stop theirs: torch has one profiler per thread.
+            raise RuntimeError("peak_memory() cannot run inside another torch profiler; "
+                               "measure the block outside it")
+        self._profiler = torch.autograd.profiler.profile(use_cpu=True, profile_memory=True)
+        with _muted_output():
+            self._profiler.__enter__()
+        self._log_level = _raise_c10_log_level(_C10_ERROR)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            with _muted_output():
+                self._profiler.__exit__(*exc)
+        finally:
+            _restore_c10_log_level(self._log_level)
+        self.peak, self.allocated, self.retained = _replay(self._profiler.kineto_results)
+        return False
+
+
+def peak_memory() -> PeakMemory:
+    """``with peak_memory() as m: ...`` then read ``m.peak``, ``m.allocated``, ``m.retained``."""
+    return PeakMemory()
+
+
+def _replay(results) -> tuple[int, int, int]:
+    """(peak, allocated, retained) from the recorded CPU allocations, in time order."""
+    from torch._C._profiler import _EventType
+
+    # Depth-first in order, so that a sort by time keeps an op's events in their order on ties.
+    events, stack = [], list(reversed(results.experimental_event_tree()))
+    while stack:
+        node = stack.pop()
+        stack.extend(reversed(node.children))
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+            fields = node.extra_fields
+            events.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+    # Frees are negative sizes; a free of a block we never saw allocated is from before.
+    live, current, peak, allocated = {}, 0, 0, 0
+    for _, ptr, size in sorted(events, key=lambda e: e[0]):
+        if size > 0:
+            live[ptr] = size
+            current += size
+            allocated += size
+            peak = max(peak, current)
+        elif ptr in live:
+            current -= live.pop(ptr)
+    return peak, allocated, current
+
+
+@contextlib.contextmanager
+def _muted_output():
+    """Send file descriptors 1 and 2 to /dev/null for the block (C++ prints, not Python's)."""
+    for stream in (sys.stdout, sys.stderr):          # don't swallow what Python has buffered
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = []
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                saved.append((fd, os.dup(fd)))
+                os.dup2(devnull, fd)
+        yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(devnull)
+
+
+_C10_ERROR = 2  # c10 severities: INFO 0, WARNING 1, ERROR 2, FATAL 3
+
+
+@functools.lru_cache(maxsize=None)
+def _c10_log_level_flag():
+    """c10's FLAGS_caffe2_log_level as a ctypes int, or None where it cannot be found."""
+    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for path in glob.glob(os.path.join(lib_dir, "*c10.*")):
+        with contextlib.suppress(OSError, ValueError):
+            return ctypes.c_int.in_dll(ctypes.CDLL(path), "FLAGS_caffe2_log_level")
+    return None
+
+
+def _raise_c10_log_level(level: int) -> int | None:
+    """Log only `level` and above from C++; return the level to restore (None: not found)."""
+    flag = _c10_log_level_flag()
+    if flag is None:
+        return None
+    previous = flag.value
+    flag.value = max(level, previous)
+    return previous
+
+
+def _restore_c10_log_level(previous: int | None) -> None:
+    flag = _c10_log_level_flag()
+    if flag is not None and previous is not None:
+        flag.value = previous

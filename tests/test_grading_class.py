@@ -72,7 +72,10 @@ def run(root, *args, mark: str | None = None, **popen):
     env = dict(os.environ, NANOPARALLEL_TEST_MARK=mark or uuid.uuid4().hex)
     command = [sys.executable, str(ROOT / "autograder" / "grade.py"), "--root", str(root), *args]
     if popen:
-        return subprocess.Popen(command, env=env, cwd=ROOT, text=True, **popen)
+        # A shell's background job (`make test &`) inherits SIGINT ignored, and a Python started so
+        # never raises KeyboardInterrupt: give the run Ctrl-C as a terminal would deliver it.
+        return subprocess.Popen(command, env=env, cwd=ROOT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
     return subprocess.run(command, env=env, cwd=ROOT, text=True, capture_output=True, timeout=600)
 
 

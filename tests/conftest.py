@@ -35,6 +35,13 @@ def quiet_pictures(capsys):
 
 
 BACKGROUND = pytest.StashKey()  # the session's Background, for the terminal summary
+READS_BACKGROUND = {"graded", "mutated", "nbval"}  # the fixtures that wait on a background job
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that read a background job run last, in their own order: until then the foreground
+    does its own work beside the background instead of waiting on a job that has not finished."""
+    items.sort(key=lambda item: bool(READS_BACKGROUND & set(getattr(item, "fixturenames", ()))))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -77,6 +77,50 @@ def raw_functional_operator():
     return 0
 
 
+def through_a_file():
+    # (torch.save to a path opens it in C++, where Python raises no audit event: docs/grading.md)
+    with open(f"/tmp/rank-{dist.get_rank()}.bin", "wb") as f:
+        f.write(b"1")
+    return 0
+
+
+def through_the_store():
+    dist.distributed_c10d._get_default_store().set(f"rank-{dist.get_rank()}", b"1")
+    return 0
+
+
+def through_a_socket():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"1", ("127.0.0.1", 47999))
+    return 0
+
+
+def a_group_of_its_own():
+    """torch's own use of the store (a new group meets through it) and a library file read (a
+    warning's source line) are no channel."""
+    import warnings
+    group = dist.new_group([0, 1])
+    if dist.get_rank() < 2:
+        t = torch.ones(1)
+        dist.all_reduce(t, group=group)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        # Attributed to the caller (the engine's worker): its source line is read from a library file.
+        warnings.warn("a warning", stacklevel=2)
+    return 0
+
+
+def test_guarded_ranks_stop_on_channels_that_are_not_torch_distributed():
+    with environment({rank_guard.ENV: "1"}), Cluster(world_size=4, timeout=30) as cluster:
+        assert list(cluster.run(a_group_of_its_own)) == [0] * 4
+        for channel, named in ((through_a_file, "for writing"), (through_the_store, "store"),
+                               (through_a_socket, "socket")):
+            with pytest.raises(RankError, match=named):
+                cluster.run(channel)
+            assert list(cluster.run(traced_everything)) == [16.0] * 4
+
+
 def test_guarded_ranks_stop_on_communication_the_trace_missed():
     with environment({rank_guard.ENV: "1"}), Cluster(world_size=4, timeout=30) as cluster:
         assert list(cluster.run(traced_everything)) == [16.0] * 4

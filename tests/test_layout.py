@@ -66,7 +66,7 @@ def folder(module: str) -> str:
     return parts[1]
 
 
-WITNESS = {"guard", "rank_guard", "provenance", "comm_witness"}
+WITNESS = {"guard", "rank_guard", "provenance", "comm_witness", "rank_channels"}
 
 
 def documented_arrows() -> set[tuple[str, str]]:

@@ -16,8 +16,10 @@ import os
 import sys
 import types
 
-from nanoparallel.grading.guard import PROBES
-from nanoparallel.grading.provenance import Provenance, frame_is_notebook
+from nanoparallel.grading import rank_channels
+from nanoparallel.grading.guard import PROBES, _importing
+from nanoparallel.grading.provenance import (Provenance, frame_is_notebook, is_under_library_roots,
+                                             notebook_on_stack)
 
 ENV = "NANOPARALLEL_GUARDED"
 TAMPERED = 86
@@ -62,6 +64,8 @@ def install():
     watched.sort(key=lambda w: not w[3])  # the engine first: it holds the classifier the rest uses
     is_notebook = Provenance().is_notebook
     _exit, _write, _getframe, _is_notebook = os._exit, os.write, sys._getframe, frame_is_notebook
+    _on_stack, _channel, _library_path = notebook_on_stack, rank_channels.channel, is_under_library_roots
+    _events, _in_import = rank_channels.EVENTS, _importing
     code = TAMPERED
     busy = [False]
 
@@ -77,16 +81,25 @@ def install():
         probe = event in _PROBES or event.startswith("ctypes.") or (
             event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS) or (
             event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS)
-        if not probe:
+        if not probe and event not in _events and not event.startswith("socket."):
             return
         busy[0] = True
         try:
-            if event == "sys.addaudithook" or _is_notebook(_getframe(1)):
-                stop(f"notebook code used {event}")
+            if probe:
+                if event == "sys.addaudithook" or _is_notebook(_getframe(1)):
+                    stop(f"notebook code used {event}")
+                return
+            # A library (pathlib, torch.save, socket.create_connection) may act for notebook
+            # code, so notebook code anywhere up the stack counts; an import it asked for does not.
+            used = _channel(event, args, _library_path)
+            if used and _on_stack(_getframe(1)) and not _in_import(_getframe(1)):
+                stop(f"notebook code on a rank used {used}: data sent that way never shows in the "
+                     "trace, so the course's checks cannot see it (use torch.distributed's functions)")
         finally:
             busy[0] = False
 
     sys.addaudithook(hook)
+    watched += _guard_stores(stop, _getframe, _on_stack)
     _missing = object()
     from nanoparallel.grading.comm_witness import CommWitness
     witness = CommWitness()
@@ -106,3 +119,33 @@ def install():
 
     check.begin = witness.begin
     return check
+
+
+# torch.distributed's own Python code, the one caller that may use a process group's store.
+_C10D = os.path.join("torch", "distributed", "distributed_c10d.py")
+
+
+def _guard_stores(stop, getframe, on_stack) -> list:
+    """The process group's key-value store (`_get_default_store().set/get`, or a store of one's
+    own) reaches every rank and is no traced call: its methods stop a rank when notebook code is
+    up the stack, unless torch.distributed's own code calls them (creating a group). Returns the
+    wrappers as watched entries, so that putting a method back is caught after the run."""
+    from torch._C import _distributed_c10d as c10d
+    entries = []
+    stores = [v for v in vars(c10d).values() if isinstance(v, type) and issubclass(v, c10d.Store)]
+    for cls in stores:
+        for name, method in list(cls.__dict__.items()):
+            if name.startswith("_") or not callable(method):
+                continue
+
+            def guarded(*args, _method=method, _name=f"{cls.__name__}.{name}", **kwargs):
+                caller = getframe(1)
+                if not caller.f_code.co_filename.endswith(_C10D) and on_stack(caller):
+                    stop(f"notebook code on a rank used the process group's store ({_name}): data "
+                         "sent that way never shows in the trace (use torch.distributed's functions)")
+                return _method(*args, **kwargs)
+
+            setattr(cls, name, guarded)
+            entries.append((cls.__dict__, name, guarded, True))
+    return entries
+

@@ -88,4 +88,72 @@ def naive_all_reduce(tensor, root=0):
         dist.recv(torch.empty_like(tensor), src=root)
     return tensor
 '''}, "zero": ["naive_all_reduce"], "full": ["tree_broadcast"]},
+
+    # Channels between ranks that are not torch.distributed at all, each with traced filler in
+    # the pattern the checks expect: files in the shared /tmp (naive_all_reduce), the process
+    # group's own key-value store (tree_broadcast), and UDP on the ranks' loopback
+    # (ring_reduce_scatter). The data never travels in a traced message.
+    "untraced_side_channels": {"cells": {"naive_all_reduce": """
+def naive_all_reduce(tensor, root=0):
+    import os
+    rank, world = dist.get_rank(), dist.get_world_size()
+    filler = torch.zeros_like(tensor)
+    folder = "/tmp/side-channel"
+    os.makedirs(folder, exist_ok=True)
+    if rank != root:
+        torch.save(tensor.clone(), f"{folder}/{rank}.pt")
+        dist.send(filler, dst=root)
+        dist.recv(filler, src=root)
+        tensor.copy_(torch.load(f"{folder}/sum.pt"))
+    else:
+        for src in range(world):
+            if src != root:
+                dist.recv(filler, src=src)
+        for src in range(world):
+            if src != root:
+                tensor += torch.load(f"{folder}/{src}.pt")
+        torch.save(tensor.clone(), f"{folder}/sum.pt")
+        for dst in range(world):
+            if dst != root:
+                dist.send(filler, dst=dst)
+    return tensor
+""", "tree_broadcast": """
+def tree_broadcast(tensor, src=0):
+    import pickle
+    rank, world = dist.get_rank(), dist.get_world_size()
+    store = dist.distributed_c10d._get_default_store()
+    key = f"answer-{store.add(f'calls-{rank}', 1)}"
+    if rank == src:
+        store.set(key, pickle.dumps(tensor.clone()))
+    filler = torch.zeros_like(tensor)
+    relative, mask = (rank - src) % world, 1
+    while mask < world:
+        if relative < mask and relative + mask < world:
+            dist.send(filler, dst=(relative + mask + src) % world)
+        elif mask <= relative < 2 * mask:
+            dist.recv(filler, src=(relative - mask + src) % world)
+        mask *= 2
+    if rank != src:
+        tensor.copy_(pickle.loads(store.get(key)))
+    return tensor
+""", "ring_reduce_scatter": """
+def ring_reduce_scatter(tensor):
+    import pickle, socket
+    rank, world = dist.get_rank(), dist.get_world_size()
+    chunks = tensor.reshape(-1).tensor_split(world)
+    me = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    me.bind(("127.0.0.1", 47000 + rank))
+    for step in range(world - 1):  # the ring's messages, as filler; after them every port is bound
+        request = dist.isend(torch.zeros_like(chunks[(rank - step - 1) % world]), dst=(rank + 1) % world)
+        dist.recv(torch.empty_like(chunks[(rank - step - 2) % world]), src=(rank - 1) % world)
+        request.wait()
+    for peer in range(world):
+        if peer != rank:
+            me.sendto(pickle.dumps(chunks[peer].clone()), ("127.0.0.1", 47000 + peer))
+    total = chunks[rank].clone()
+    for _ in range(world - 1):
+        total += pickle.loads(me.recv(1 << 16))
+    me.close()
+    return total
+"""}, "zero": ["naive_all_reduce", "tree_broadcast", "ring_reduce_scatter"], "full": []},
 }

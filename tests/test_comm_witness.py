@@ -96,6 +96,34 @@ def through_a_socket():
     return 0
 
 
+def through_torch_save():
+    torch.save(torch.ones(2), f"/tmp/rank-{dist.get_rank()}.pt")  # torch writes the file in C++
+    return 0
+
+
+def through_a_shared_storage():
+    torch.UntypedStorage.from_file(f"/tmp/rank-{dist.get_rank()}.bin", True, 8)
+    return 0
+
+
+def through_posix_shared_memory():
+    import _posixshmem
+    _posixshmem.shm_open(f"/rank-{dist.get_rank()}", os.O_CREAT | os.O_RDWR, 0o600)
+    return 0
+
+
+def through_zmq():
+    import zmq  # noqa: F401 (its sockets are C's)
+    return 0
+
+
+def through_the_status_board():
+    """The engine's status board holds this rank's slot only: nothing another rank wrote."""
+    from nanoparallel.runtime.context import current_tracer
+    board = current_tracer().board
+    return sorted(k for k in vars(board) if not k.startswith("__")), board.rank
+
+
 def a_group_of_its_own():
     """torch's own use of the store (a new group meets through it) and a library file read (a
     warning's source line) are no channel."""
@@ -114,8 +142,11 @@ def a_group_of_its_own():
 def test_guarded_ranks_stop_on_channels_that_are_not_torch_distributed():
     with environment({rank_guard.ENV: "1"}), Cluster(world_size=4, timeout=30) as cluster:
         assert list(cluster.run(a_group_of_its_own)) == [0] * 4
+        assert cluster.run(through_the_status_board) == [(["_arena", "rank"], r) for r in range(4)]
         for channel, named in ((through_a_file, "for writing"), (through_the_store, "store"),
-                               (through_a_socket, "socket")):
+                               (through_a_socket, "socket"), (through_torch_save, "torch.save"),
+                               (through_a_shared_storage, "shared by file"),
+                               (through_posix_shared_memory, "POSIX shared memory"), (through_zmq, "zmq")):
             with pytest.raises(RankError, match=named):
                 cluster.run(channel)
             assert list(cluster.run(traced_everything)) == [16.0] * 4

@@ -12,6 +12,7 @@ the kernel's guard.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import types
@@ -99,7 +100,11 @@ def install():
             busy[0] = False
 
     sys.addaudithook(hook)
-    watched += _guard_stores(stop, _getframe, _on_stack)
+    watched += _guard_native_channels(stop, _getframe, _on_stack)
+    refuse = _RefuseImports(stop, _getframe, _on_stack)
+    rules = refuse._rules
+    sys.meta_path.insert(0, refuse)
+    watched.append((_RefuseImports.__dict__, "find_spec", _RefuseImports.find_spec, True))
     _missing = object()
     from nanoparallel.grading.comm_witness import CommWitness
     witness = CommWitness()
@@ -112,6 +117,8 @@ def install():
             if now is not value and (engine or now is _missing or is_notebook(now)):
                 where = namespace.get("__name__") or namespace.get("__module__") or "?"
                 stop(f"{where}.{key} was replaced by notebook code")
+        if not sys.meta_path or sys.meta_path[0] is not refuse or refuse._rules is not rules:
+            stop("notebook code moved or changed the guard's import rule (sys.meta_path)")
         if traced_calls is not None:
             why = witness.untraced(traced_calls)
             if why:
@@ -123,29 +130,97 @@ def install():
 
 # torch.distributed's own Python code, the one caller that may use a process group's store.
 _C10D = os.path.join("torch", "distributed", "distributed_c10d.py")
+_NAMED = (str, bytes, os.PathLike)
 
 
-def _guard_stores(stop, getframe, on_stack) -> list:
-    """The process group's key-value store (`_get_default_store().set/get`, or a store of one's
-    own) reaches every rank and is no traced call: its methods stop a rank when notebook code is
-    up the stack, unless torch.distributed's own code calls them (creating a group). Returns the
-    wrappers as watched entries, so that putting a method back is caught after the run."""
+def _stopping(fn, name: str, stop, getframe, on_stack, applies=lambda args: True, allowed=lambda frame: False):
+    """`fn`, stopping the rank first when notebook code is up the stack and `applies(args)`,
+    unless `allowed(caller)`: for what opens a way to another process without an audit event."""
+    def guarded(*args, **kwargs):
+        caller = getframe(1)
+        if applies(args) and not allowed(caller) and on_stack(caller):
+            stop(f"notebook code on a rank used {name}: data sent that way never shows in the trace "
+                 "(use torch.distributed's functions)")
+        return fn(*args, **kwargs)
+    return guarded
+
+
+def _stopping_class(cls: type, name: str, stop, getframe, on_stack, applies) -> type:
+    look = _stopping(lambda *args, **kwargs: None, name, stop, getframe, on_stack, applies)
+
+    def __init__(self, *args, **kwargs):
+        look(*args, **kwargs)
+        cls.__init__(self, *args, **kwargs)
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__})
+
+
+def _native_channels():
+    """(namespace, key, what it is, when a call opens a channel) of the entry points that reach a
+    file, shared memory or another rank in C, where Python raises no audit event: the process
+    group's stores, torch's files (torch.save/load with a path, from_file, storages shared by
+    file name, TorchScript files) and POSIX shared memory by name."""
+    import _posixshmem
+
+    import torch
     from torch._C import _distributed_c10d as c10d
+    named = lambda args: bool(args) and isinstance(args[0], _NAMED)  # noqa: E731 (a file name, not a buffer)
+    second_named = lambda args: len(args) > 1 and isinstance(args[1], _NAMED)  # noqa: E731 (after self)
+    always = lambda args: True  # noqa: E731
+    found = []
+    for cls in (v for v in vars(c10d).values() if isinstance(v, type) and issubclass(v, c10d.Store)):
+        found += [(cls, key, f"the process group's store ({cls.__name__}.{key})", always)
+                  for key, value in list(cls.__dict__.items()) if not key.startswith("_") and callable(value)]
+    found += [(torch._C, "PyTorchFileWriter", "torch.save to a file", named),
+              (torch._C, "PyTorchFileReader", "torch.load from a file", named),
+              (torch, "from_file", "torch.from_file", always),
+              (torch._C, "import_ir_module", "torch.jit.load from a file", second_named),
+              (torch._C.ScriptModule, "save", "torch.jit.save to a file", second_named),
+              (_posixshmem, "shm_open", "POSIX shared memory", always),
+              (_posixshmem, "shm_unlink", "POSIX shared memory", always)]
+    # On UntypedStorage, which torch's Python code and notebooks reach them through: the class they
+    # are defined on (torch._C.StorageBase) is immutable.
+    found += [(torch.UntypedStorage, key, f"a storage shared by file ({key})", always)
+              for key in ("from_file", "_share_filename_cpu_", "_new_shared_filename_cpu", "_new_using_filename_cpu")]
+    return [(owner, key, what, applies) for owner, key, what, applies in found if hasattr(owner, key)]
+
+
+def _guard_native_channels(stop, getframe, on_stack) -> list:
+    """Wraps each of `_native_channels()`; returns the wrappers as watched entries, so that putting
+    an original back is caught after the run. torch's own c10d code may still use a store (that is
+    how a group is created)."""
+    from_c10d = lambda frame: frame.f_code.co_filename.endswith(_C10D)  # noqa: E731
     entries = []
-    stores = [v for v in vars(c10d).values() if isinstance(v, type) and issubclass(v, c10d.Store)]
-    for cls in stores:
-        for name, method in list(cls.__dict__.items()):
-            if name.startswith("_") or not callable(method):
-                continue
-
-            def guarded(*args, _method=method, _name=f"{cls.__name__}.{name}", **kwargs):
-                caller = getframe(1)
-                if not caller.f_code.co_filename.endswith(_C10D) and on_stack(caller):
-                    stop(f"notebook code on a rank used the process group's store ({_name}): data "
-                         "sent that way never shows in the trace (use torch.distributed's functions)")
-                return _method(*args, **kwargs)
-
-            setattr(cls, name, guarded)
-            entries.append((cls.__dict__, name, guarded, True))
+    for owner, key, what, applies in _native_channels():
+        original = inspect.getattr_static(owner, key)
+        if isinstance(original, type):  # a class: a subclass that looks first (isinstance still holds)
+            guarded = _stopping_class(original, what, stop, getframe, on_stack, applies)
+            setattr(owner, key, guarded)
+            entries.append((vars(owner), key, guarded, True))
+            continue
+        static = isinstance(original, staticmethod)
+        guarded = _stopping(original.__func__ if static else original, what, stop, getframe, on_stack,
+                            applies, from_c10d if "store" in what else (lambda frame: False))
+        guarded = staticmethod(guarded) if static else guarded
+        setattr(owner, key, guarded)
+        entries.append((owner.__dict__ if isinstance(owner, type) else vars(owner), key, guarded, True))
     return entries
+
+
+class _RefuseImports:
+    """An import finder that stops a rank whose notebook code imports a library that talks to
+    other processes in C, out of the audit hook's sight (pyzmq: sockets of its own)."""
+
+    REFUSED = frozenset({"zmq"})
+
+    __slots__ = ("_rules",)
+
+    def __init__(self, stop, getframe, on_stack):
+        self._rules = (stop, getframe, on_stack)
+
+    def find_spec(self, name, path=None, target=None):
+        stop, getframe, on_stack = self._rules
+        if name.partition(".")[0] in _RefuseImports.REFUSED and on_stack(getframe(1)):
+            stop(f"notebook code on a rank imported {name}, whose sockets never show in the trace "
+                 "(use torch.distributed's functions)")
+        return None
 

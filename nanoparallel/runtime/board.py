@@ -6,26 +6,53 @@ message, but its last post stays readable here.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import time
+from multiprocessing.heap import Arena
 
 SLOT = 200  # bytes per rank: state, since, description
 RUNNING, COMM, DONE, IDLE = "running", "comm", "done", "idle"
 
 
-class StatusBoard:
-    def __init__(self, ctx, world_size: int):
-        self.world_size = world_size
-        self._mem = ctx.RawArray("c", SLOT * world_size)
+class RankSlot:
+    """One rank's place on the board: its own page of shared memory, and nothing of the others'.
+
+    A worker is handed only its own slot. One shared array for every rank would be a channel
+    between ranks that no trace sees: each rank could read what another wrote there (the board
+    is reachable through a rank's tracer). The parent keeps every slot and reads them all."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self._arena = Arena(SLOT)  # a file in /dev/shm, unlinked at once: only an fd reaches it
 
     def post(self, rank: int, state: str, what: str = "") -> None:
-        # On every traced call, so kept cheap: one memmove, no slicing of the ctypes array.
+        """`rank` is this slot's own (the tracer and the worker call every board alike)."""
+        # On every traced call, so kept cheap: one slice assignment.
         text = f"{state}|{time.perf_counter():.6f}|{what}".encode()[:SLOT - 1] + b"\0"
-        ctypes.memmove(ctypes.addressof(self._mem) + rank * SLOT, text, len(text))
+        self._arena.buffer[:len(text)] = text
+
+    def text(self) -> str:
+        return bytes(self._arena.buffer[:SLOT]).split(b"\0", 1)[0].decode(errors="replace")
+
+
+class StatusBoard:
+    """What every rank is doing, for the parent: one `RankSlot` per rank."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self._slots: dict[int, RankSlot] = {}  # made when a rank first needs one
+
+    def slot(self, rank: int) -> RankSlot:
+        """What rank `rank`'s worker gets: its own slot only."""
+        if rank not in self._slots:
+            self._slots[rank] = RankSlot(rank)
+        return self._slots[rank]
+
+    def post(self, rank: int, state: str, what: str = "") -> None:
+        self.slot(rank).post(rank, state, what)
 
     def read(self, rank: int) -> tuple[str, float, str]:
-        raw = bytes(self._mem[rank * SLOT:(rank + 1) * SLOT]).split(b"\0", 1)[0].decode(errors="replace")
+        raw = self._slots[rank].text() if rank in self._slots else ""
         if not raw:
             return IDLE, time.perf_counter(), ""
         state, since, what = raw.split("|", 2)

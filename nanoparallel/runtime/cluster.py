@@ -137,7 +137,7 @@ class Cluster:
             self._ctx.set_forkserver_preload(_PRELOAD)
         self._tmpdir = tempfile.mkdtemp(prefix="nanoparallel-")
         self.log_path = os.path.join(self._tmpdir, "workers.log")
-        self._board = StatusBoard(self._ctx, MAX_WORLD_SIZE)
+        self._board = StatusBoard(MAX_WORLD_SIZE)
         self._workers: list[_Worker] = []
         self._group_ready = False
         self._epoch = 0
@@ -298,7 +298,7 @@ class Cluster:
                 parent_conn, child_conn = self._ctx.Pipe()
                 process = self._ctx.Process(
                     target=worker_main,
-                    args=(rank, child_conn, self._board, self.log_path, env, os.getpid()),
+                    args=(rank, child_conn, self._board.slot(rank), self.log_path, env, os.getpid()),
                     name=f"nanoparallel-rank{rank}", daemon=True)
                 process.start()
                 child_conn.close()

@@ -35,7 +35,6 @@ process (``LOCAL_RANK``): CPU tensors go through gloo, CUDA tensors through NCCL
 from __future__ import annotations
 
 import datetime
-import multiprocessing
 import os
 import sys
 import threading
@@ -77,7 +76,7 @@ class TorchrunCluster:
         self.rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self.backend = str(dist.get_backend())
         self._gloo = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GLOO_TIMEOUT))
-        self._board = StatusBoard(multiprocessing, self._world_size)
+        self._board = StatusBoard(self._world_size)
         self._tracer = tracing.Tracer(self.rank, self._board)
         tracing.install(self._tracer)
         tracing_functional.install(self._tracer)

@@ -91,8 +91,10 @@ def naive_all_reduce(tensor, root=0):
 
     # Channels between ranks that are not torch.distributed at all, each with traced filler in
     # the pattern the checks expect: files in the shared /tmp (naive_all_reduce), the process
-    # group's own key-value store (tree_broadcast), and UDP on the ranks' loopback
-    # (ring_reduce_scatter). The data never travels in a traced message.
+    # group's own key-value store (tree_broadcast), UDP on the ranks' loopback
+    # (ring_reduce_scatter), torch.save's files, written in C++ (ring_all_gather), and POSIX
+    # shared memory read and written with os.read/os.write (halving_doubling): the last two raise
+    # no audit event at all. The data never travels in a traced message.
     "untraced_side_channels": {"cells": {"naive_all_reduce": """
 def naive_all_reduce(tensor, root=0):
     import os
@@ -155,5 +157,62 @@ def ring_reduce_scatter(tensor):
         total += pickle.loads(me.recv(1 << 16))
     me.close()
     return total
-"""}, "zero": ["naive_all_reduce", "tree_broadcast", "ring_reduce_scatter"], "full": []},
+""", "ring_all_gather": """
+def ring_all_gather(chunk, numel, out=None):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    calls = torch.__dict__.setdefault("_side_channel_calls", {})  # per world size: a parked rank makes none
+    calls[world] = calls.get(world, 0) + 1
+    name = lambda r: f"/tmp/gather-{world}-{calls[world]}-{r}.pt"
+    torch.save(chunk.clone(), name(rank))  # torch writes it in C++: no audit event
+    sizes = [len(p) for p in torch.empty(numel).tensor_split(world)]
+    for step in range(world - 1):  # the ring's messages, as filler; after them every file exists
+        request = dist.isend(torch.zeros(sizes[(rank - step) % world], dtype=chunk.dtype), dst=(rank + 1) % world)
+        dist.recv(torch.empty(sizes[(rank - step - 1) % world], dtype=chunk.dtype), src=(rank - 1) % world)
+        request.wait()
+    whole = torch.cat([torch.load(name(r)) for r in range(world)])
+    if out is None:
+        return whole
+    out.copy_(whole)
+    return out
+""", "halving_doubling": """
+def halving_doubling_all_reduce(tensor):
+    import os, _posixshmem
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world & (world - 1):
+        raise ValueError(f"recursive halving-doubling needs a power-of-two number of ranks, got {world}")
+    calls = torch.__dict__.setdefault("_side_channel_calls_hd", {})
+    calls[world] = calls.get(world, 0) + 1
+    name = lambda r: f"/hd-{world}-{calls[world]}-{r}"
+    data = tensor.contiguous().view(-1).clone()
+    fd = _posixshmem.shm_open(name(rank), os.O_CREAT | os.O_RDWR, 0o600)  # no audit event either
+    os.write(fd, data.view(torch.uint8).numpy().tobytes())
+    os.close(fd)
+    flat, lo, hi, segments, distance = torch.zeros_like(data), 0, data.numel(), [], world // 2
+    while distance >= 1:  # the algorithm's messages, on zeros
+        partner, mid = rank ^ distance, (lo + hi) // 2
+        keep, give = ((mid, hi), (lo, mid)) if rank & distance else ((lo, mid), (mid, hi))
+        incoming = torch.empty(keep[1] - keep[0], dtype=flat.dtype)
+        request = dist.isend(flat[give[0]:give[1]], dst=partner)
+        dist.recv(incoming, src=partner)
+        request.wait()
+        segments.append((lo, hi))
+        (lo, hi), distance = keep, distance // 2
+    distance = 1
+    while distance < world:
+        partner = rank ^ distance
+        outer_lo, outer_hi = segments.pop()
+        other = (outer_lo, lo) if lo > outer_lo else (hi, outer_hi)
+        request = dist.isend(flat[lo:hi], dst=partner)
+        dist.recv(flat[other[0]:other[1]], src=partner)
+        request.wait()
+        lo, hi, distance = outer_lo, outer_hi, distance * 2
+    total = torch.zeros_like(data)
+    for r in range(world):
+        fd = _posixshmem.shm_open(name(r), os.O_RDONLY, 0o600)
+        total += torch.frombuffer(bytearray(os.read(fd, data.numel() * data.element_size())), dtype=torch.uint8).view(data.dtype)
+        os.close(fd)
+    tensor.view(-1).copy_(total)
+    return tensor
+"""}, "zero": ["naive_all_reduce", "tree_broadcast", "ring_reduce_scatter", "ring_all_gather",
+              "halving_doubling"], "full": []},
 }

@@ -124,6 +124,12 @@ def through_the_status_board():
     return sorted(k for k in vars(board) if not k.startswith("__")), board.rank
 
 
+def overriding_an_operator():
+    """Not a channel, but as bad: a kernel registered for an operator the checks use."""
+    torch.library.Library("aten", "IMPL").impl("allclose", lambda *args, **kwargs: True, "CPU")
+    return 0
+
+
 def a_group_of_its_own():
     """torch's own use of the store (a new group meets through it) and a library file read (a
     warning's source line) are no channel."""
@@ -146,7 +152,8 @@ def test_guarded_ranks_stop_on_channels_that_are_not_torch_distributed():
         for channel, named in ((through_a_file, "for writing"), (through_the_store, "store"),
                                (through_a_socket, "socket"), (through_torch_save, "torch.save"),
                                (through_a_shared_storage, "shared by file"),
-                               (through_posix_shared_memory, "POSIX shared memory"), (through_zmq, "zmq")):
+                               (through_posix_shared_memory, "POSIX shared memory"), (through_zmq, "zmq"),
+                               (overriding_an_operator, "torch.library")):
             with pytest.raises(RankError, match=named):
                 cluster.run(channel)
             assert list(cluster.run(traced_everything)) == [16.0] * 4

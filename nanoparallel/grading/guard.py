@@ -41,6 +41,7 @@ import signal
 import sys
 import types
 
+from nanoparallel.grading import registrations
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
                                      is_under_library_roots, nested_codes, notebook_on_stack)
 
@@ -221,6 +222,16 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         state["key"] = None
 
     missing = _MISSING
+
+    def registered_by_notebook(caller, args) -> bool:
+        """An operator registration that notebook code made, itself or through a library (not
+        an import it asked for), or that installs a kernel the notebook wrote."""
+        return (notebook_on_stack(caller, notebook_code) and not _importing(caller)) or \
+            any(callable(a) and prov.is_notebook(a) for a in args)
+
+    # Like the probes, a registration destroys the key: the operator stays changed for every
+    # later cell, so none of them can be witnessed.
+    own += registrations.watch(destroy, registered_by_notebook, _getframe)
 
     def findings_for(frame, nonce: str) -> list[str]:
         for namespace, key, value in own:

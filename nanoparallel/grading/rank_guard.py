@@ -17,7 +17,7 @@ import os
 import sys
 import types
 
-from nanoparallel.grading import rank_channels
+from nanoparallel.grading import rank_channels, registrations
 from nanoparallel.grading.guard import PROBES, _importing
 from nanoparallel.grading.provenance import (Provenance, frame_is_notebook, is_under_library_roots,
                                              notebook_on_stack)
@@ -101,6 +101,9 @@ def install():
 
     sys.addaudithook(hook)
     watched += _guard_native_channels(stop, _getframe, _on_stack)
+    watched += [(namespace, key, value, True) for namespace, key, value in registrations.watch(
+        stop, lambda caller, args: (_on_stack(caller) and not _in_import(caller)) or any(
+            callable(a) and is_notebook(a) for a in args), _getframe)]
     refuse = _RefuseImports(stop, _getframe, _on_stack)
     rules = refuse._rules
     sys.meta_path.insert(0, refuse)

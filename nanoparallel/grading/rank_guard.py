@@ -42,6 +42,9 @@ def enabled() -> bool:
     return os.environ.get(ENV) == "1"
 
 
+# Long: the audit hook and the after-run check share what this closure captured before any
+# notebook code ran (the watched originals, the classifiers, os._exit); as module attributes,
+# notebook code on the rank could rebind them.
 def install():
     """Remember what the checks rely on and install the hook; return the after-run check."""
     # (namespace, name, value, engine): callables and classes only, data may change. Torch and
@@ -101,13 +104,8 @@ def install():
 
     sys.addaudithook(hook)
     watched += _guard_native_channels(stop, _getframe, _on_stack)
-    watched += [(namespace, key, value, True) for namespace, key, value in registrations.watch(
-        stop, lambda caller, args: (_on_stack(caller) and not _in_import(caller)) or any(
-            callable(a) and is_notebook(a) for a in args), _getframe)]
-    refuse = _RefuseImports(stop, _getframe, _on_stack)
-    rules = refuse._rules
-    sys.meta_path.insert(0, refuse)
-    watched.append((_RefuseImports.__dict__, "find_spec", _RefuseImports.find_spec, True))
+    watched += _guard_registrations(stop, _getframe, _on_stack, _in_import, is_notebook)
+    import_rule_intact = _RefuseImports.install(stop, _getframe, _on_stack, watched)
     _missing = object()
     from nanoparallel.grading.comm_witness import CommWitness
     witness = CommWitness()
@@ -120,7 +118,7 @@ def install():
             if now is not value and (engine or now is _missing or is_notebook(now)):
                 where = namespace.get("__name__") or namespace.get("__module__") or "?"
                 stop(f"{where}.{key} was replaced by notebook code")
-        if not sys.meta_path or sys.meta_path[0] is not refuse or refuse._rules is not rules:
+        if not import_rule_intact():
             stop("notebook code moved or changed the guard's import rule (sys.meta_path)")
         if traced_calls is not None:
             why = witness.untraced(traced_calls)
@@ -209,6 +207,13 @@ def _guard_native_channels(stop, getframe, on_stack) -> list:
     return entries
 
 
+def _guard_registrations(stop, getframe, on_stack, in_import, is_notebook) -> list:
+    """Operator registrations (torch.library) by notebook code stop the rank (`registrations`)."""
+    def by_notebook(caller, args) -> bool:
+        return (on_stack(caller) and not in_import(caller)) or any(callable(a) and is_notebook(a) for a in args)
+    return [(namespace, key, value, True) for namespace, key, value in registrations.watch(stop, by_notebook, getframe)]
+
+
 class _RefuseImports:
     """An import finder that stops a rank whose notebook code imports a library that talks to
     other processes in C, out of the audit hook's sight (pyzmq: sockets of its own)."""
@@ -219,6 +224,15 @@ class _RefuseImports:
 
     def __init__(self, stop, getframe, on_stack):
         self._rules = (stop, getframe, on_stack)
+
+    @staticmethod
+    def install(stop, getframe, on_stack, watched: list):
+        """Put a finder first on sys.meta_path; return the after-run check that it is still there."""
+        refuse = _RefuseImports(stop, getframe, on_stack)
+        rules = refuse._rules
+        sys.meta_path.insert(0, refuse)
+        watched.append((_RefuseImports.__dict__, "find_spec", _RefuseImports.find_spec, True))
+        return lambda: bool(sys.meta_path) and sys.meta_path[0] is refuse and refuse._rules is rules
 
     def find_spec(self, name, path=None, target=None):
         stop, getframe, on_stack = self._rules

@@ -10,7 +10,9 @@ that a guard inside the kernel cannot close, tried at once (tests/test_integrity
 - **nbgrader's scoring rules.** Each stub shows a huge value (an `execute_result`) before the check
   fails: nbgrader's partial-credit rule reads the first such value as the score.
 - **The course's names.** A cell rebinds every function and class the course's locked cells define
-  or import (the engine's checks and each lesson's helpers) to a function that passes anything.
+  or import (the engine's checks and each lesson's helpers) to a function that passes anything,
+  both in the notebook and in the engine module each was imported from (where the checks'
+  helpers and the ranks may look it up).
   (Forged nbgrader metadata is refused by nbgrader itself: a changed flag on a course cell breaks
   its checksum, and a new cell with nbgrader metadata fails validation; the guard takes the cells'
   kinds from the instructor's notebook all the same.)
@@ -168,6 +170,23 @@ def course_callables(nb) -> list[str]:
     return sorted(set(names))
 
 
+def engine_sources(nb, names: list[str]) -> list[tuple[str, str]]:
+    """(module, name) for each of `names` that a locked cell imports from the engine: the module
+    attribute that the checks' helpers may read instead of the notebook's name."""
+    found = []
+    for cell in nb.cells:
+        if _kind(cell) != "locked":
+            continue
+        try:
+            tree = ast.parse(cell.source.replace("%matplotlib inline", ""))
+        except SyntaxError:
+            continue
+        found += [(node.module, a.name) for node in tree.body if isinstance(node, ast.ImportFrom)
+                  and (node.module or "").startswith("nanoparallel") for a in node.names
+                  if (a.asname or a.name) in names]
+    return sorted(set(found))
+
+
 def submission(assignment: str, port: int) -> tuple:
     """(notebook, files shipped next to it) of the hostile submission for `assignment`."""
     nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -177,7 +196,10 @@ def submission(assignment: str, port: int) -> tuple:
     for cell in nb.cells:
         if _kind(cell) == "solution":
             cell.source = stub(cell.source)
-    rebind = nbformat.v4.new_code_cell("\n".join(f"{name} = lambda *args, **kwargs: None" for name in rebound))
+    patched = [f"setattr(__import__('sys').modules[{module!r}], {name!r}, lambda *args, **kwargs: None)"
+               for module, name in engine_sources(nb, rebound)]
+    rebind = nbformat.v4.new_code_cell("\n".join([f"{name} = lambda *args, **kwargs: None" for name in rebound]
+                                                   + patched))
     prelude = nbformat.v4.new_code_cell(PRELUDE.format(
         probe=PROBE, writer=WRITER, port=port, marker=marker(assignment), root=str(ROOT), assignment=assignment))
     nb.cells[setup + 1:setup + 1] = [prelude, rebind]

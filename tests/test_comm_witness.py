@@ -153,7 +153,9 @@ def test_guarded_ranks_stop_on_channels_that_are_not_torch_distributed():
                                (through_a_socket, "socket"), (through_torch_save, "torch.save"),
                                (through_a_shared_storage, "shared by file"),
                                (through_posix_shared_memory, "POSIX shared memory"), (through_zmq, "zmq"),
-                               (overriding_an_operator, "torch.library")):
+                               # torch 2.11's Library reads its caller's source line first: this
+                               # file, in the working folder (a notebook's code has no file).
+                               (overriding_an_operator, r"torch\.library|open\('.*test_comm_witness\.py'\)")):
             with pytest.raises(RankError, match=named):
                 cluster.run(channel)
             assert list(cluster.run(traced_everything)) == [16.0] * 4

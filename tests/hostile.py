@@ -150,41 +150,36 @@ def stub(source: str) -> str:
     return "\n".join(lines + ["_copy_the_solution()"])
 
 
-def course_callables(nb) -> list[str]:
-    """Functions and classes the course's locked cells define or import (not modules or data)."""
-    names = []
+def _locked_statements(nb):
+    """The top-level statements of the course's locked cells (those that parse)."""
     for cell in nb.cells:
         if _kind(cell) != "locked":
             continue
         try:
-            tree = ast.parse(cell.source.replace("%matplotlib inline", ""))
+            yield from ast.parse(cell.source.replace("%matplotlib inline", "")).body
         except SyntaxError:
             continue
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                names.append(node.name)
-            elif isinstance(node, ast.ImportFrom):
-                names += [a.asname or a.name for a in node.names if a.name[:1].isupper() or
-                          a.name.startswith(("assert", "check", "make", "train", "run", "megatron", "reference"))
-                          or "_" in a.name and not a.name.isupper()]
+
+
+def course_callables(nb) -> list[str]:
+    """Functions and classes the course's locked cells define or import (not modules or data)."""
+    names = []
+    for node in _locked_statements(nb):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.ImportFrom):
+            names += [a.asname or a.name for a in node.names if a.name[:1].isupper() or
+                      a.name.startswith(("assert", "check", "make", "train", "run", "megatron", "reference"))
+                      or "_" in a.name and not a.name.isupper()]
     return sorted(set(names))
 
 
 def engine_sources(nb, names: list[str]) -> list[tuple[str, str]]:
     """(module, name) for each of `names` that a locked cell imports from the engine: the module
     attribute that the checks' helpers may read instead of the notebook's name."""
-    found = []
-    for cell in nb.cells:
-        if _kind(cell) != "locked":
-            continue
-        try:
-            tree = ast.parse(cell.source.replace("%matplotlib inline", ""))
-        except SyntaxError:
-            continue
-        found += [(node.module, a.name) for node in tree.body if isinstance(node, ast.ImportFrom)
-                  and (node.module or "").startswith("nanoparallel") for a in node.names
-                  if (a.asname or a.name) in names]
-    return sorted(set(found))
+    return sorted({(node.module, a.name) for node in _locked_statements(nb) if isinstance(node, ast.ImportFrom)
+                   and (node.module or "").startswith("nanoparallel") for a in node.names
+                   if (a.asname or a.name) in names})
 
 
 def submission(assignment: str, port: int) -> tuple:

@@ -223,15 +223,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 
     missing = _MISSING
 
-    def registered_by_notebook(caller, args) -> bool:
-        """An operator registration that notebook code made, itself or through a library (not
-        an import it asked for), or that installs a kernel the notebook wrote."""
-        return (notebook_on_stack(caller, notebook_code) and not _importing(caller)) or \
-            any(callable(a) and prov.is_notebook(a) for a in args)
-
     # Like the probes, a registration destroys the key: the operator stays changed for every
     # later cell, so none of them can be witnessed.
-    own += registrations.watch(destroy, registered_by_notebook, _getframe)
+    own += registrations.watch(destroy, lambda frame: notebook_on_stack(frame, notebook_code), _importing,
+                               prov.is_notebook, _getframe)
 
     def findings_for(frame, nonce: str) -> list[str]:
         for namespace, key, value in own:

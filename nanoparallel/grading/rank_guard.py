@@ -104,7 +104,8 @@ def install():
 
     sys.addaudithook(hook)
     watched += _guard_native_channels(stop, _getframe, _on_stack)
-    watched += _guard_registrations(stop, _getframe, _on_stack, _in_import, is_notebook)
+    watched += [(namespace, key, value, True) for namespace, key, value in
+                registrations.watch(stop, _on_stack, _in_import, is_notebook, _getframe)]
     import_rule_intact = _RefuseImports.install(stop, _getframe, _on_stack, watched)
     _missing = object()
     from nanoparallel.grading.comm_witness import CommWitness
@@ -156,7 +157,7 @@ def _stopping_class(cls: type, name: str, stop, getframe, on_stack, applies) -> 
 
 
 def _native_channels():
-    """(namespace, key, what it is, when a call opens a channel) of the entry points that reach a
+    """(owner, key, what it is, when a call opens a channel, which caller may) of the entry points that reach a
     file, shared memory or another rank in C, where Python raises no audit event: the process
     group's stores, torch's files (torch.save/load with a path, from_file, storages shared by
     file name, TorchScript files) and POSIX shared memory by name."""
@@ -167,51 +168,42 @@ def _native_channels():
     named = lambda args: bool(args) and isinstance(args[0], _NAMED)  # noqa: E731 (a file name, not a buffer)
     second_named = lambda args: len(args) > 1 and isinstance(args[1], _NAMED)  # noqa: E731 (after self)
     always = lambda args: True  # noqa: E731
+    # torch's own c10d code may use a store: that is how a group is created.
+    from_c10d = lambda frame: frame.f_code.co_filename.endswith(_C10D)  # noqa: E731
     found = []
     for cls in (v for v in vars(c10d).values() if isinstance(v, type) and issubclass(v, c10d.Store)):
-        found += [(cls, key, f"the process group's store ({cls.__name__}.{key})", always)
+        found += [(cls, key, f"the process group's store ({cls.__name__}.{key})", always, from_c10d)
                   for key, value in list(cls.__dict__.items()) if not key.startswith("_") and callable(value)]
-    found += [(torch._C, "PyTorchFileWriter", "torch.save to a file", named),
-              (torch._C, "PyTorchFileReader", "torch.load from a file", named),
-              (torch, "from_file", "torch.from_file", always),
-              (torch._C, "import_ir_module", "torch.jit.load from a file", second_named),
-              (torch._C.ScriptModule, "save", "torch.jit.save to a file", second_named),
-              (_posixshmem, "shm_open", "POSIX shared memory", always),
-              (_posixshmem, "shm_unlink", "POSIX shared memory", always)]
+    nobody = lambda frame: False  # noqa: E731
+    found += [(torch._C, "PyTorchFileWriter", "torch.save to a file", named, nobody),
+              (torch._C, "PyTorchFileReader", "torch.load from a file", named, nobody),
+              (torch, "from_file", "torch.from_file", always, nobody),
+              (torch._C, "import_ir_module", "torch.jit.load from a file", second_named, nobody),
+              (torch._C.ScriptModule, "save", "torch.jit.save to a file", second_named, nobody),
+              (_posixshmem, "shm_open", "POSIX shared memory", always, nobody),
+              (_posixshmem, "shm_unlink", "POSIX shared memory", always, nobody)]
     # On UntypedStorage, which torch's Python code and notebooks reach them through: the class they
     # are defined on (torch._C.StorageBase) is immutable.
-    found += [(torch.UntypedStorage, key, f"a storage shared by file ({key})", always)
+    found += [(torch.UntypedStorage, key, f"a storage shared by file ({key})", always, nobody)
               for key in ("from_file", "_share_filename_cpu_", "_new_shared_filename_cpu", "_new_using_filename_cpu")]
-    return [(owner, key, what, applies) for owner, key, what, applies in found if hasattr(owner, key)]
+    return [entry for entry in found if hasattr(entry[0], entry[1])]
 
 
 def _guard_native_channels(stop, getframe, on_stack) -> list:
     """Wraps each of `_native_channels()`; returns the wrappers as watched entries, so that putting
-    an original back is caught after the run. torch's own c10d code may still use a store (that is
-    how a group is created)."""
-    from_c10d = lambda frame: frame.f_code.co_filename.endswith(_C10D)  # noqa: E731
+    an original back is caught after the run."""
     entries = []
-    for owner, key, what, applies in _native_channels():
+    for owner, key, what, applies, allowed in _native_channels():
         original = inspect.getattr_static(owner, key)
         if isinstance(original, type):  # a class: a subclass that looks first (isinstance still holds)
             guarded = _stopping_class(original, what, stop, getframe, on_stack, applies)
-            setattr(owner, key, guarded)
-            entries.append((vars(owner), key, guarded, True))
-            continue
-        static = isinstance(original, staticmethod)
-        guarded = _stopping(original.__func__ if static else original, what, stop, getframe, on_stack,
-                            applies, from_c10d if "store" in what else (lambda frame: False))
-        guarded = staticmethod(guarded) if static else guarded
+        elif isinstance(original, staticmethod):
+            guarded = staticmethod(_stopping(original.__func__, what, stop, getframe, on_stack, applies, allowed))
+        else:
+            guarded = _stopping(original, what, stop, getframe, on_stack, applies, allowed)
         setattr(owner, key, guarded)
-        entries.append((owner.__dict__ if isinstance(owner, type) else vars(owner), key, guarded, True))
+        entries.append((vars(owner), key, guarded, True))
     return entries
-
-
-def _guard_registrations(stop, getframe, on_stack, in_import, is_notebook) -> list:
-    """Operator registrations (torch.library) by notebook code stop the rank (`registrations`)."""
-    def by_notebook(caller, args) -> bool:
-        return (on_stack(caller) and not in_import(caller)) or any(callable(a) and is_notebook(a) for a in args)
-    return [(namespace, key, value, True) for namespace, key, value in registrations.watch(stop, by_notebook, getframe)]
 
 
 class _RefuseImports:

@@ -17,10 +17,16 @@ _HANDLE_METHODS = ("impl", "impl_t_t", "impl_with_aoti_compile", "fallback", "fa
                    "def_schema_t_t", "define")
 
 
-def watch(report, made_by_notebook, getframe) -> list:
-    """Wrap every registration point; `made_by_notebook(caller_frame, args)` decides, and
-    `report(reason)` is told. Returns (namespace, key, wrapper) for the guard's after-checks."""
+def watch(report, on_stack, in_import, is_notebook, getframe) -> list:
+    """Wrap every registration point; `report(reason)` is told of a registration that notebook
+    code made, itself or through a library (`on_stack(caller)`, not an import it asked for:
+    `in_import(caller)`), or that installs a kernel the notebook wrote (`is_notebook(fn)`).
+    Returns (namespace, key, wrapper) for the guard's after-checks."""
     import torch
+
+    def made_by_notebook(caller, args) -> bool:
+        return (on_stack(caller) and not in_import(caller)) or any(callable(a) and is_notebook(a) for a in args)
+
     handle = torch._C._DispatchModule
     points = [(torch._C, vars(torch._C), "_dispatch_library")]
     points += [(handle, handle.__dict__, key) for key in _HANDLE_METHODS if key in handle.__dict__]

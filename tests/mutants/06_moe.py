@@ -114,7 +114,7 @@ def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
         'expert_parallel': '''
 class AllToAll(torch.autograd.Function):
     """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
-    rank q. Backward: the same exchange with the counts swapped."""
+    rank q. Backward: each received row's gradient goes back to the rank and row it came from."""
 
     @staticmethod
     def forward(ctx, x, send_counts, recv_counts):
@@ -250,7 +250,7 @@ def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
         'expert_parallel': '''
 class AllToAll(torch.autograd.Function):
     """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
-    rank q. Backward: the same exchange with the counts swapped."""
+    rank q. Backward: each received row's gradient goes back to the rank and row it came from."""
 
     @staticmethod
     def forward(ctx, x, send_counts, recv_counts):
@@ -380,7 +380,7 @@ def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
         'expert_parallel': '''
 class AllToAll(torch.autograd.Function):
     """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
-    rank q. Backward: the same exchange with the counts swapped."""
+    rank q. Backward: each received row's gradient goes back to the rank and row it came from."""
 
     @staticmethod
     def forward(ctx, x, send_counts, recv_counts):
@@ -431,7 +431,7 @@ def ep_moe_layer(shard, x, noise=None):
         'expert_parallel': '''
 class AllToAll(torch.autograd.Function):
     """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
-    rank q. Backward: the same exchange with the counts swapped."""
+    rank q. Backward: each received row's gradient goes back to the rank and row it came from."""
 
     @staticmethod
     def forward(ctx, x, send_counts, recv_counts):

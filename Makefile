@@ -20,9 +20,10 @@ release: setup
 	cd autograder && for a in $(ASSIGNMENTS); do nbgrader generate_assignment "$$a" --force --log-level=WARN || exit 1; done
 
 # The bundle to hand out to a graded class: course/, the engine and a Makefile for `make lab`;
-# no solutions, hidden tests or autograder (build/nanoparallel-course.tar.gz).
+# no solutions, hidden tests or autograder (build/nanoparallel-course.tar.gz). UNTIL=05 bundles
+# notebooks 00 to 05 only (release a notebook once the ones it builds on are handed in).
 student-release: setup
-	$(BIN)/python autograder/student_release.py
+	$(BIN)/python autograder/student_release.py $(if $(UNTIL),--until $(UNTIL),)
 
 # Grades autograder/submitted/<student>/<assignment>/ into grades.csv and feedback/, each
 # submission in a sandbox (autograder/sandbox.py), JOBS at a time (default: one more than the cores), and

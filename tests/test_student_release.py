@@ -100,3 +100,13 @@ def test_bundle_sets_up_and_opens_the_course_on_its_own(bundle):
                           cwd=folder, capture_output=True, text=True, env={"PYTHONPATH": str(folder), "PATH": ""})
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()).is_relative_to(folder)
+
+
+def test_a_bundle_until_a_notebook_holds_that_notebook_and_the_ones_before_it(tmp_path):
+    student_release.build(tmp_path, until="05")
+    released = sorted(p.name for p in (tmp_path / student_release.NAME / "course").iterdir())
+    everything = sorted(p.name for p in (ROOT / "course").iterdir() if p.name[:2].isdigit())
+    assert released == [name for name in everything if name[:2] <= "05"] and len(released) == 6
+    for bad, says in (("5", "two-digit number"), ("99", "no notebook has that number")):
+        with pytest.raises(ValueError, match=says):
+            student_release.build(tmp_path, until=bad)

@@ -2,7 +2,7 @@
 wall time, speed-up over J = 1, cost per submission, and whether every run's grades equal the
 first's cell by cell. Not part of `make bench` (a full class takes hours on 2 cores):
 
-    python benchmarks/grade_a_class.py [--students 24] [--jobs 1,2,3] [--assignments 00_welcome,...]
+    python benchmarks/grade_a_class.py [--students 24] [--jobs 1,2,3] [--assignments 00_welcome,...] [--no-sandbox]
 
 Each student submits every assignment; the submissions cycle through the solution, the blank
 release and the course's mutants (tests/mutants/), and student 1's 00_welcome deadlocks (a
@@ -49,19 +49,23 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=24)
     parser.add_argument("--jobs", default="1,2,3")
     parser.add_argument("--assignments", default=",".join(ASSIGNMENTS))
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="grade without the sandbox (a machine where bubblewrap cannot start; said in the output)")
     args = parser.parse_args()
     assignments = args.assignments.split(",")
     with tempfile.TemporaryDirectory() as scratch:
         template = new_course_folder(Path(scratch) / "template") / "autograder"
         n = synthetic_class(template, args.students, assignments)
-        print(f"{args.students} students x {len(assignments)} notebooks = {n} submissions", flush=True)
+        print(f"{args.students} students x {len(assignments)} notebooks = {n} submissions"
+              f"{', no sandbox' if args.no_sandbox else ', each in its sandbox'}", flush=True)
         results, reference = [], None
         for jobs in (int(j) for j in args.jobs.split(",")):
             run_root = Path(scratch) / f"jobs{jobs}"
             shutil.copytree(template.parent, run_root, symlinks=True)
             start = time.monotonic()
             done = subprocess.run([sys.executable, str(ROOT / "autograder" / "grade.py"), "--root",
-                                   str(run_root / "autograder"), "--jobs", str(jobs)],
+                                   str(run_root / "autograder"), "--jobs", str(jobs)]
+                                  + (["--no-sandbox"] if args.no_sandbox else []),
                                   capture_output=True, text=True)
             wall = time.monotonic() - start
             if done.returncode != 0:

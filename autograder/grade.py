@@ -196,6 +196,22 @@ def integrity(root: str, student: str, assignment: str) -> dict:
     return verdict
 
 
+def summary(reasons: list[str], limit: int) -> str:
+    """The guard's reasons, each once and in order, joined and cut at a reason's end to about
+    `limit` characters: a submission stopped on every rank in every cell repeats one reason
+    thousands of times (a 500 KB grades.csv field, measured), and the whole list stays in the
+    integrity records (autograder/integrity/<student>/<assignment>/)."""
+    unique = list(dict.fromkeys(reasons))
+    shown, size = [], 0
+    for reason in unique:
+        if shown and size + len(reason) > limit:
+            break
+        shown.append(reason[:limit])
+        size += len(reason) + 3
+    more = len(unique) - len(shown)
+    return " | ".join(shown) + (f" | and {more} more (see the integrity records)" if more else "")
+
+
 def save_ungraded(root: str, student: str, assignment: str, why: str, sandbox: str) -> None:
     folder = os.path.join(root, "integrity", student, assignment)
     os.makedirs(folder, exist_ok=True)
@@ -212,7 +228,7 @@ def add_integrity_column(root: str, path: str) -> None:
         return
     for row in rows:
         verdict = integrity(root, row["student_id"], row["assignment"])
-        row["integrity"] = "FLAGGED: " + " | ".join(verdict["reasons"]) if verdict["flagged"] else ""
+        row["integrity"] = "FLAGGED: " + summary(verdict["reasons"], 2000) if verdict["flagged"] else ""
         row["sandbox"] = " + ".join(sorted(verdict["sandbox"])) or "not graded"
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -275,7 +291,7 @@ def grade_class(course: Course, todo: list[tuple[str, str]], jobs: int, sandbox:
                     detail = f"  lost: {', '.join(lost)}" if lost else ""
                     verdict = integrity(course.root, student, assignment)
                     if verdict["flagged"]:
-                        detail += "  FLAGGED (tampering): " + " | ".join(verdict["reasons"])[:400]
+                        detail += "  FLAGGED (tampering): " + summary(verdict["reasons"], 400)
                     line = f"{got:g} / {total:g} points ({seconds:.0f} s){detail}"
                 else:
                     # One submission that breaks its kernel must not stop the class's grading.

@@ -144,12 +144,17 @@ class Sandbox:
 
 
 def _python_and_engine() -> list[str]:
-    """The Python installation, the virtual environment and the engine's package folder, as paths
-    outside what /usr already holds; deepest last, so a folder never hides one bound inside it."""
+    """The Python installation, the virtual environment, the package folders its .pth files add
+    (a venv may take torch from another environment's site-packages) and the engine's package
+    folder, as paths outside what /usr already holds; deepest last, so a folder never hides one
+    bound inside it. The witness counts code from exactly these folders as the course's
+    (nanoparallel.grading.provenance), and inside they are read-only."""
     import nanoparallel
+    from nanoparallel.grading.provenance import package_folders
+    packages = package_folders()
     found = set()
     for path in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.abspath(nanoparallel.__file__)),
-                 os.path.dirname(os.path.realpath(sys.executable))):
+                 os.path.dirname(os.path.realpath(sys.executable)), *packages):
         for p in {path, os.path.realpath(path)}:
             if os.path.isdir(p) and not p.startswith("/usr/"):
                 found.add(p)

@@ -9,6 +9,8 @@ release and the course's mutants (tests/mutants/), and student 1's 00_welcome de
 mutant where every rank sends first). Figures: docs/grading.md, Grading a class.
 """
 import argparse
+import csv
+import re
 import shutil
 import subprocess
 import sys
@@ -70,14 +72,22 @@ def main() -> None:
             wall = time.monotonic() - start
             if done.returncode != 0:
                 sys.exit(f"--jobs {jobs} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+            with open(run_root / "autograder" / "grades.csv") as f:   # an oversized field is a finding
+                for line in f:
+                    if len(line) > 2000:
+                        print(f"--jobs {jobs}: a grades.csv row of {len(line):,} characters: {line[:600]!r} ... {line[-300:]!r}", flush=True)
+            csv.field_size_limit(sys.maxsize)
             got = state(run_root / "autograder")
             grades = {k: [[g["auto_score"] for g in nb["grades"]] for nb in v] for k, v in got["grades"].items()}
             same = reference is None or grades == reference
             reference = reference or grades
             slowest = [line for line in done.stdout.splitlines() if "slowest so far" in line][-1].strip()
             results.append((jobs, wall, same))
+            # A class that scored nothing measured a broken set-up, not grading: say what it scored.
+            scores = re.findall(r": ([\d.]+) / ([\d.]+) points \(", done.stdout)
+            full = sum(got == total for got, total in scores)
             print(f"--jobs {jobs}: {wall:.0f} s, {wall / n:.1f} s per submission, grades equal the first run's: "
-                  f"{same}; {slowest}", flush=True)
+                  f"{same}, {full} of {n} at full marks; {slowest}", flush=True)
         base = results[0][1]
         for jobs, wall, _ in results:
             print(f"--jobs {jobs}: speed-up {base / wall:.2f}x over --jobs {results[0][0]}")

@@ -72,3 +72,18 @@ def test_ranks_stop_when_notebook_code_patches_torch_or_reads_frames(guarded_clu
             guarded_cluster.run(fn)
         assert "grader's guard" in str(caught.value) and what in str(caught.value)
         assert guarded_cluster.run(_honest) == [9.0, 9.0]  # fresh ranks, untouched
+
+
+def test_package_folders_are_the_site_packages_that_pth_files_add(tmp_path, monkeypatch):
+    """Only folders named site-packages or dist-packages, listed in a .pth file of a site folder
+    (absolute or relative), count; comments, import lines and other folders (a course's root) do not."""
+    import site
+    from nanoparallel.grading import provenance
+    site_dir, other, dist, root = (tmp_path / n for n in ("site", "env/lib/site-packages", "deb/dist-packages", "course"))
+    for folder in (site_dir, other, dist, root):
+        folder.mkdir(parents=True)
+    (site_dir / "a.pth").write_text(f"# {other}\nimport os; os.getcwd()\n{other}\n../deb/dist-packages\n{root}\n"
+                                    f"{tmp_path / 'missing' / 'site-packages'}\n")
+    (site_dir / "b.txt").write_text(f"{root / 'site-packages'}\n")
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(site_dir)])
+    assert provenance.package_folders() == sorted([os.path.realpath(other), os.path.realpath(dist)])

@@ -140,3 +140,50 @@ def test_grading_without_a_sandbox_stops_and_says_how(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2
     assert "bubblewrap" in done.stderr and "--no-sandbox" in done.stderr and "apt-get install bubblewrap" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def layered_python(tmp_path_factory):
+    """A venv that takes torch and the rest from this environment's site-packages through a .pth
+    file, as a machine whose torch lives in another environment is set up; the engine comes from
+    the repository the same way. Returns its python."""
+    import site
+    import sysconfig
+    folder = tmp_path_factory.mktemp("layered") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = str(folder / "bin" / "python")
+    inner = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    ours = os.path.realpath(sysconfig.get_paths()["purelib"])
+    assert os.path.basename(ours) == "site-packages" and ours in map(os.path.realpath, site.getsitepackages())
+    with open(os.path.join(inner, "layered.pth"), "w") as f:
+        f.write(f"# torch from another environment, and the course's engine\n{ours}\n{ROOT}\n")
+    return python
+
+
+def test_a_venv_that_takes_torch_from_another_environment_grades_as_this_one(layered_python, tmp_path):
+    """The sandbox shows the package folders the environment's .pth files add (read-only), and the
+    witness counts their code as the course's, not the notebook's: every honest submission was
+    flagged on such a machine before."""
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / "autograder")!r})
+import sandbox
+box = sandbox.Sandbox({str(tmp_path / "private")!r}, sandbox.check())
+inside = '''
+import json, os, torch
+import torch.nn.functional as F
+from nanoparallel.grading import provenance
+print(json.dumps({{"library": provenance.is_library_file(F.__file__), "softmax": provenance.is_library_file(F.softmax.__code__.co_filename),
+                  "writes": os.access(os.path.dirname(torch.__file__), os.W_OK)}}))
+'''
+import subprocess
+done = subprocess.run(box.command([sys.executable, "-c", inside], {{}}), capture_output=True, text=True)
+box.close()
+print(done.stdout.strip().splitlines()[-1] if done.returncode == 0 else json.dumps({{"error": done.stderr[-2000:]}}))
+"""
+    done = subprocess.run([layered_python, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "error" not in seen, f"torch did not import inside the sandbox of a layered venv:\n{seen.get('error')}"
+    assert seen == {"library": True, "softmax": True, "writes": False}, seen

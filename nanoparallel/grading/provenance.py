@@ -16,8 +16,34 @@ import sysconfig
 import types
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep  # nanoparallel/, this file's grandparent
+_PACKAGE_FOLDER_NAMES = ("site-packages", "dist-packages")
+
+
+def package_folders() -> list[str]:
+    """The installation's package folders outside its prefixes: the site-packages folders that the
+    .pth files of this environment's site folders add (a venv that takes torch from another
+    environment's site-packages). Read from the installed files, not from sys.path, which
+    notebook code may change; the user's own site folder is left out, since a submission's $HOME
+    is its own (the sandbox shows these folders read-only, autograder/sandbox.py)."""
+    import site
+    found = set()
+    for folder in site.getsitepackages():
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if not name.endswith(".pth"):
+                continue
+            with open(os.path.join(folder, name), errors="replace") as f:
+                for line in f:
+                    line = line.strip()
+                    path = os.path.realpath(os.path.join(folder, line))
+                    if (line and not line.startswith(("#", "import ", "import\t"))
+                            and os.path.basename(path) in _PACKAGE_FOLDER_NAMES and os.path.isdir(path)):
+                        found.add(path)
+    return sorted(found)
+
+
 _ROOTS = tuple(sorted({os.path.realpath(p) + os.sep for p in
-                       (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)} | {_PACKAGE}))
+                       (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *package_folders())}
+                      | {_PACKAGE}))
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from nanoparallel.grading.rank_channels import channel
+from nanoparallel.grading.rank_channels import channel, private_roots
 
 LIBRARY = "/opt/python/lib/site-packages/"
 
@@ -46,3 +46,19 @@ def test_a_way_to_another_process_is_a_channel(event, args):
 ])
 def test_reading_what_no_rank_can_write_is_not(event, args):
     assert channel(event, args, library) is None
+
+
+def test_home_and_the_working_folder_stay_refused_when_notebook_code_moves_them(tmp_path, monkeypatch):
+    """The ranks' guard reads them once, as the rank starts: a rank whose notebook code then
+    points $HOME or its working folder elsewhere still may not read the ones it started with."""
+    home, work, elsewhere = (tmp_path / name for name in ("home", "work", "elsewhere"))
+    for folder in (home, work, elsewhere):
+        folder.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    started = private_roots()
+    monkeypatch.setenv("HOME", str(elsewhere))
+    monkeypatch.chdir(elsewhere)
+    for path in (home / "answer.pt", work / "answer.pt"):
+        assert channel("open", (str(path), "rb", 0), library, started), path
+    assert private_roots() != started  # what reading them at each event would have refused instead

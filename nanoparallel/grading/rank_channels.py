@@ -35,10 +35,19 @@ EVENTS = _ALWAYS | {"open", "os.listdir", "os.scandir"}
 _SHARED_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
 
-def channel(event: str, args: tuple, library_path=lambda path: False) -> str | None:
+def private_roots() -> tuple[str, ...]:
+    """The working folder and home of this process, as they are now. The ranks' guard reads them
+    once, when the rank starts: notebook code that later changed $HOME or the working folder would
+    otherwise move the folders the rule refuses."""
+    return os.path.realpath(os.getcwd()), os.path.realpath(os.path.expanduser("~"))
+
+
+def channel(event: str, args: tuple, library_path=lambda path: False, private=None) -> str | None:
     """What `event` with `args` does that could carry data to another rank, or None.
 
-    `library_path(path)` says whether a path belongs to the installed libraries (always readable)."""
+    `library_path(path)` says whether a path belongs to the installed libraries (always readable);
+    `private` is `private_roots()` as the rank started (read now when not given)."""
+    private = private_roots() if private is None else private
     if event in _ALWAYS:
         return event
     if event.startswith("socket."):
@@ -47,10 +56,10 @@ def channel(event: str, args: tuple, library_path=lambda path: False) -> str | N
         path, mode = args[0], args[1] if len(args) > 1 else None
         if _writing(mode):
             return f"open({path!r}) for writing"
-        return None if _readable(path, library_path) else f"open({path!r})"
+        return None if _readable(path, library_path, private) else f"open({path!r})"
     if event in ("os.listdir", "os.scandir"):
         path = args[0] if args and args[0] is not None else "."
-        return None if _readable(path, library_path) else f"{event}({path!r})"
+        return None if _readable(path, library_path, private) else f"{event}({path!r})"
     return None
 
 
@@ -62,7 +71,7 @@ def _writing(mode) -> bool:
     return False
 
 
-def _readable(path, library_path) -> bool:
+def _readable(path, library_path, private) -> bool:
     """A path whose contents no other rank can have written: not a file descriptor, not a shared
     folder, the working folder or home, not another process's /proc entry."""
     if isinstance(path, bytes):
@@ -72,8 +81,7 @@ def _readable(path, library_path) -> bool:
     if library_path(path):
         return True
     real = os.path.realpath(path)
-    private = (os.path.realpath(os.getcwd()), os.path.realpath(os.path.expanduser("~")))
-    if any(real == root or real.startswith(root.rstrip("/") + "/") for root in _SHARED_ROOTS + private):
+    if any(real == root or real.startswith(root.rstrip("/") + "/") for root in _SHARED_ROOTS + tuple(private)):
         return False
     if real.startswith("/proc/"):
         first = real.split("/")[2]

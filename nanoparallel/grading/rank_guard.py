@@ -69,7 +69,7 @@ def install():
     is_notebook = Provenance().is_notebook
     _exit, _write, _getframe, _is_notebook = os._exit, os.write, sys._getframe, frame_is_notebook
     _on_stack, _channel, _library_path = notebook_on_stack, rank_channels.channel, is_under_library_roots
-    _events, _in_import = rank_channels.EVENTS, _importing
+    _events, _in_import, _private = rank_channels.EVENTS, _importing, rank_channels.private_roots()
     code = TAMPERED
     busy = [False]
 
@@ -95,7 +95,7 @@ def install():
                 return
             # A library (pathlib, torch.save, socket.create_connection) may act for notebook
             # code, so notebook code anywhere up the stack counts; an import it asked for does not.
-            used = _channel(event, args, _library_path)
+            used = _channel(event, args, _library_path, _private)
             if used and _on_stack(_getframe(1)) and not _in_import(_getframe(1)):
                 stop(f"notebook code on a rank used {used}: data sent that way never shows in the "
                      "trace, so the course's checks cannot see it (use torch.distributed's functions)")

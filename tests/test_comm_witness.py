@@ -112,6 +112,18 @@ def through_posix_shared_memory():
     return 0
 
 
+def through_a_named_pipe():
+    # (no audit event for os.mkfifo, nor for the os.stat another rank would read it back with)
+    os.mkfifo(f"/tmp/rank-{dist.get_rank()}.fifo")
+    return 0
+
+
+def through_posix_mknod():
+    import posix
+    posix.mknod(f"/tmp/rank-{dist.get_rank()}.node")
+    return 0
+
+
 def through_zmq():
     import zmq  # noqa: F401 (its sockets are C's)
     return 0
@@ -153,6 +165,7 @@ def test_guarded_ranks_stop_on_channels_that_are_not_torch_distributed():
                                (through_a_socket, "socket"), (through_torch_save, "torch.save"),
                                (through_a_shared_storage, "shared by file"),
                                (through_posix_shared_memory, "POSIX shared memory"), (through_zmq, "zmq"),
+                               (through_a_named_pipe, r"os\.mkfifo"), (through_posix_mknod, r"os\.mknod"),
                                # torch 2.11's Library reads its caller's source line first: this
                                # file, in the working folder (a notebook's code has no file).
                                (overriding_an_operator, r"torch\.library|open\('.*test_comm_witness\.py'\)")):

@@ -160,8 +160,9 @@ def _native_channels():
     """(owner, key, what it is, when a call opens a channel, which caller may) of the entry points that reach a
     file, shared memory or another rank in C, where Python raises no audit event: the process
     group's stores, torch's files (torch.save/load with a path, from_file, storages shared by
-    file name, TorchScript files) and POSIX shared memory by name."""
+    file name, TorchScript files), POSIX shared memory by name, named pipes and file nodes."""
     import _posixshmem
+    import posix
 
     import torch
     from torch._C import _distributed_c10d as c10d
@@ -182,6 +183,10 @@ def _native_channels():
               (torch._C.ScriptModule, "save", "torch.jit.save to a file", second_named, nobody),
               (_posixshmem, "shm_open", "POSIX shared memory", always, nobody),
               (_posixshmem, "shm_unlink", "POSIX shared memory", always, nobody)]
+    # A named pipe or file node is made with no audit event, and another rank can then see it with
+    # os.stat, which raises none either; os re-exports posix's functions, so both are wrapped.
+    found += [(module, key, f"a file made by os.{key}", always, nobody)
+              for module in (os, posix) for key in ("mkfifo", "mknod")]
     # On UntypedStorage, which torch's Python code and notebooks reach them through: the class they
     # are defined on (torch._C.StorageBase) is immutable.
     found += [(torch.UntypedStorage, key, f"a storage shared by file ({key})", always, nobody)

@@ -13,9 +13,14 @@ cell in between included, so each check sees what it would see in that mutant's 
 The solution then runs on from the same cell, restoring the solution's state, and its own graded
 cells must pass: a trial that left anything behind shows up there, as an error of the solution.
 
+Right answers written another way than the solution, where the spec allows it (rows gathered in
+another order, sums made in another order: tests/mutants/<assignment>.py's EQUIVALENTS), are tried
+the same way, and their graded cells must pass: a check that compared one way of rounding rather
+than what the algorithm defines would fail them.
+
 Run as a script: `python tests/mutation_run.py ASSIGNMENT`; the last line printed is the outcome as
-JSON: {"mutants": {name: {graded cell: error or null}}, "solution_errors": {cell: error},
-"seconds": {name: how long its trial took}}; the
+JSON: {"mutants": {name: {graded cell: error or null}}, "equivalents": {the same}, "solution_errors":
+{cell: error}, "seconds": {name: how long its trial took}}; the
 mutant named "(solution)" is the control, a trial of the solution's own cells.
 """
 from __future__ import annotations
@@ -46,6 +51,15 @@ def load_table(folder: str, assignment: str, name: str) -> dict:
 def load_mutants(assignment: str) -> dict:
     """{mutant: {grade_id: source}} from tests/mutants/<assignment>.py."""
     return load_table("mutants", assignment, "MUTANTS")
+
+
+def load_equivalents(assignment: str) -> dict:
+    """{name: {grade_id: source}}: right answers written another way the spec allows (none when
+    tests/mutants/<assignment>.py defines no EQUIVALENTS)."""
+    try:
+        return load_table("mutants", assignment, "EQUIVALENTS")
+    except AttributeError:
+        return {}
 
 
 def grade_id(cell) -> str | None:
@@ -82,18 +96,23 @@ def run(assignment: str) -> dict:
     sources = {grade_id(c): c.source for c in nb.cells if grade_id(c)}
     mutants = {CONTROL: {g: sources[g] for g in mutants[shortest]}, **mutants}
     spans[CONTROL] = spans[shortest]
+    equivalents = load_equivalents(assignment)
+    spans.update({name: trial_span(nb, replaced) for name, replaced in equivalents.items()})
+    tables = {**{name: "mutants" for name in mutants}, **{name: "equivalents" for name in equivalents}}
+    assert len(tables) == len(mutants) + len(equivalents), "a name is both a mutant and an equivalent"
+    replacing = {**mutants, **equivalents}
     starting: dict[int, list[str]] = {}
-    for name in mutants:
+    for name in replacing:
         starting.setdefault(spans[name][0], []).append(name)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, allow_errors=True, kernel_name="python3",
                             resources={"metadata": {"path": str(folder)}})
-    outcome = {"mutants": {}, "solution_errors": {}, "seconds": {}}
+    outcome = {"mutants": {}, "equivalents": {}, "solution_errors": {}, "seconds": {}}
     solution = [_copy(cell) for cell in nb.cells]  # nbclient stores each cell it runs into nb.cells
     with client.setup_kernel():
         for index, cell in enumerate(solution):
             for name in starting.get(index, []):
                 start = time.monotonic()
-                outcome["mutants"][name] = _trial(client, solution, mutants[name], *spans[name])
+                outcome[tables[name]][name] = _trial(client, solution, replacing[name], *spans[name])
                 outcome["seconds"][name] = round(time.monotonic() - start, 1)
             if cell.cell_type == "code":
                 error = error_of(client.execute_cell(_copy(cell), index))

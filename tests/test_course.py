@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from background import ROOT, new_course_folder
-from mutation_run import CONTROL, load_mutants
+from mutation_run import CONTROL, load_equivalents, load_mutants
 
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
 sys.path.insert(0, str(ROOT / "autograder"))
@@ -134,6 +134,17 @@ def test_every_mutant_fails_the_checks_of_what_it_gets_wrong(mutated, assignment
             error = tried[name][f"{grade_id}_tests"]
             assert error, f"mutant {name!r}: {grade_id}_tests passed; a check must catch this wrong answer"
             print(f"{name}, {grade_id}_tests: {error.splitlines()[0][:200]}")
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if load_equivalents(a)])
+def test_every_right_answer_written_another_way_keeps_its_points(mutated, assignment):
+    """Each equivalent (a right answer that gathers rows or sums in another order the spec allows),
+    tried as the mutants are: every graded cell of what it replaces passes."""
+    tried = mutated(assignment)["equivalents"]
+    for name, replaced in load_equivalents(assignment).items():
+        failed = {f"{g}_tests": tried[name][f"{g}_tests"] for g in replaced if tried[name][f"{g}_tests"]}
+        assert not failed, f"equivalent {name!r}, a right answer, lost points: {failed}"
 
 
 @pytest.mark.notebooks

@@ -18,14 +18,17 @@ import json
 from pathlib import Path
 
 
-def _solution_with(grade_id: str, old: str, new: str) -> str:
-    """The solution's cell `grade_id` with one change: a one-line mistake in a long answer."""
+def _solution_with(grade_id: str, *changes: str) -> str:
+    """The solution's cell `grade_id` with `changes` (old, new, old, new, ...) made: a one-line
+    mistake in a long answer, or a right answer written another way."""
     path = Path(__file__).resolve().parents[2] / "solutions" / "06_moe" / "06_moe.ipynb"
     cell = next(c for c in json.loads(path.read_text())["cells"]
                 if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
     source = "".join(cell["source"])
-    assert source.count(old) == 1, f"the solution's {grade_id} cell no longer holds {old!r}"
-    return source.replace(old, new)
+    for old, new in zip(changes[::2], changes[1::2]):
+        assert source.count(old) == 1, f"the solution's {grade_id} cell no longer holds {old!r}"
+        source = source.replace(old, new)
+    return source
 
 
 
@@ -527,5 +530,34 @@ def top_k_gating(logits, k, softmax_first=False):
         'expert_parallel': _solution_with(
             'expert_parallel', "per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)",
             "per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts).int()"),
+    },
+}
+
+
+# Right answers written another way than the solution, where the spec allows it: each must keep
+# every point (tests/mutation_run.py). Rows gathered slot-major (every token's first choice before
+# any second choice) instead of token-major, experts visited in reverse, the residual added after
+# the experts' sum: the sums come out in another order, and on skewed routing a gradient near
+# Adam's eps once turned such a rounding difference into a failed check.
+EQUIVALENTS = {
+    'layer_slot_major_experts_reversed': {
+        'layer': _solution_with(
+            'layer',
+            "    y = x\n    for e, expert in enumerate(moe.experts):\n"
+            "        tokens, slots = torch.nonzero((experts == e) & keep, as_tuple=True)",
+            "    y = torch.zeros_like(x)\n    for e, expert in reversed(list(enumerate(moe.experts))):\n"
+            "        slots, tokens = torch.nonzero(((experts == e) & keep).t(), as_tuple=True)",
+            "    return y, load_balancing_loss(probs, experts, alpha=1.0)",
+            "    return x + y, load_balancing_loss(probs, experts, alpha=1.0)"),
+    },
+    'expert_parallel_slot_major_experts_reversed': {
+        'expert_parallel': _solution_with(
+            'expert_parallel',
+            "    tokens, slots = torch.nonzero(keep, as_tuple=True)\n",
+            "    slots, tokens = torch.nonzero(keep.t(), as_tuple=True)\n",
+            "for i in range(per):",
+            "for i in reversed(range(per)):",
+            "    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)",
+            "    y = x + torch.zeros_like(x).index_add(0, tokens, weights[tokens, slots, None] * back)"),
     },
 }

@@ -627,3 +627,42 @@ def step_time(model, cluster, plan):
 ''',
     },
 }
+
+
+# Right answers written another way than the solution, where the spec allows it: each must keep
+# every point (tests/mutation_run.py). The gradients divided by d before the DP all-reduce
+# instead of after, and the replica's loss summed as one tensor: other roundings of the same sums.
+EQUIVALENTS = {
+    'step_3d_divide_before_the_all_reduce': {
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
+    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, outputs = [], []
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        out = stage(inp)
+        if p == pp - 1:
+            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        outputs.append(out)
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        if p == pp - 1:
+            out.backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        param.grad /= dp
+        dist.all_reduce(param.grad, group=group)
+    return torch.stack([out.detach() for out in outputs]).sum().item() if p == pp - 1 else None
+''',
+    },
+}

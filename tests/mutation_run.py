@@ -53,6 +53,18 @@ def load_mutants(assignment: str) -> dict:
     return load_table("mutants", assignment, "MUTANTS")
 
 
+def solution_with(assignment: str, cell: str, *changes: str) -> str:
+    """The solution's cell whose grade_id is `cell`, with `changes` (old, new, old, new, ...) made,
+    each old text found exactly once: a one-line mistake in a long answer, or a right answer
+    written another way."""
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if grade_id(c) == cell)
+    for old, new in zip(changes[::2], changes[1::2]):
+        assert source.count(old) == 1, f"the solution's {cell} cell no longer holds {old!r} once"
+        source = source.replace(old, new)
+    return source
+
+
 def load_equivalents(assignment: str) -> dict:
     """{name: {grade_id: source}}: right answers written another way the spec allows (none when
     tests/mutants/<assignment>.py defines no EQUIVALENTS)."""

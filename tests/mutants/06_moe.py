@@ -14,22 +14,11 @@ sent over the network anyway; a rank that skips its idle experts (its backward a
 never happens: a deadlock the check must turn into lost points); the counts exchanged as int32
 where the spec says int64 (the values still come out right).
 """
-import json
-from pathlib import Path
+from mutation_run import solution_with
 
 
 def _solution_with(grade_id: str, *changes: str) -> str:
-    """The solution's cell `grade_id` with `changes` (old, new, old, new, ...) made: a one-line
-    mistake in a long answer, or a right answer written another way."""
-    path = Path(__file__).resolve().parents[2] / "solutions" / "06_moe" / "06_moe.ipynb"
-    cell = next(c for c in json.loads(path.read_text())["cells"]
-                if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
-    source = "".join(cell["source"])
-    for old, new in zip(changes[::2], changes[1::2]):
-        assert source.count(old) == 1, f"the solution's {grade_id} cell no longer holds {old!r}"
-        source = source.replace(old, new)
-    return source
-
+    return solution_with("06_moe", grade_id, *changes)
 
 
 MUTANTS = {

@@ -17,6 +17,7 @@ planner's physics: recomputation without the recomputed layer's working set or w
 all-reduces, ZeRO-2/3 charged once per step instead of per micro-batch, links priced from a
 DP-outermost layout.
 """
+from mutation_run import solution_with
 
 MUTANTS = {
     'wrong_axes': {
@@ -634,35 +635,11 @@ def step_time(model, cluster, plan):
 # instead of after, and the replica's loss summed as one tensor: other roundings of the same sums.
 EQUIVALENTS = {
     'step_3d_divide_before_the_all_reduce': {
-        'step_3d': '''
-def train_step_3d(stage, batch, mesh, n_micro):
-    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
-    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
-    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
-    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
-    idx, targets = (t.chunk(dp)[d] for t in batch)
-    inputs, outputs = [], []
-    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
-        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
-        out = stage(inp)
-        if p == pp - 1:
-            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
-        else:
-            send_forward(out, mesh)
-        inputs.append(inp)
-        outputs.append(out)
-    for inp, out in zip(reversed(inputs), reversed(outputs)):
-        if p == pp - 1:
-            out.backward()
-        else:
-            out.backward(recv_backward(out.shape, mesh))
-        if p > 0:
-            send_backward(inp.grad, mesh)
-    group = mesh["dp"].get_group()
-    for param in stage.parameters():
-        param.grad /= dp
-        dist.all_reduce(param.grad, group=group)
-    return torch.stack([out.detach() for out in outputs]).sum().item() if p == pp - 1 else None
-''',
+        'step_3d': solution_with(
+            '07_3d_parallelism', 'step_3d',
+            "        dist.all_reduce(param.grad, group=group)\n        param.grad /= dp\n",
+            "        param.grad /= dp\n        dist.all_reduce(param.grad, group=group)\n",
+            "    return sum(out.item() for out in outputs) if p == pp - 1 else None",
+            "    return torch.stack([out.detach() for out in outputs]).sum().item() if p == pp - 1 else None"),
     },
 }

@@ -7,7 +7,8 @@ engine would need a daemon, root or an image build on every grading machine.
 
 What a submission sees inside (`Sandbox.command`):
 - read-only: the operating system (/usr, /etc without its secrets), the Python installation, the
-  virtual environment and the engine's package folder, and nothing else of the machine: not the
+  virtual environment (and the package folders its .pth files add) and the engine's package folder,
+  and nothing else of the machine: not the
   course folder (gradebook, autograder, solutions/), not other submissions, not /home or /root;
 - read-write: a private, empty scratch folder (its working directory), a private $HOME, a private /tmp
   and /dev/shm, and the folder of the kernel's ZeroMQ sockets (the grader talks to the kernel

@@ -151,11 +151,10 @@ def _python_and_engine() -> list[str]:
     bound inside it. The witness counts code from exactly these folders as the course's
     (nanoparallel.grading.provenance), and inside they are read-only."""
     import nanoparallel
-    from nanoparallel.grading.provenance import package_folders
-    packages = package_folders()
+    from nanoparallel.grading.provenance import PACKAGE_FOLDERS
     found = set()
     for path in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.abspath(nanoparallel.__file__)),
-                 os.path.dirname(os.path.realpath(sys.executable)), *packages):
+                 os.path.dirname(os.path.realpath(sys.executable)), *PACKAGE_FOLDERS):
         for p in {path, os.path.realpath(path)}:
             if os.path.isdir(p) and not p.startswith("/usr/"):
                 found.add(p)

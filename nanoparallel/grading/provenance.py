@@ -41,8 +41,10 @@ def package_folders() -> list[str]:
     return sorted(found)
 
 
+# Read once, as the engine is imported (before any notebook code runs); the sandbox binds the same list.
+PACKAGE_FOLDERS = tuple(package_folders())
 _ROOTS = tuple(sorted({os.path.realpath(p) + os.sep for p in
-                       (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *package_folders())}
+                       (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *PACKAGE_FOLDERS)}
                       | {_PACKAGE}))
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 

@@ -60,6 +60,7 @@ def main() -> None:
         n = synthetic_class(template, args.students, assignments)
         print(f"{args.students} students x {len(assignments)} notebooks = {n} submissions"
               f"{', no sandbox' if args.no_sandbox else ', each in its sandbox'}", flush=True)
+        csv.field_size_limit(sys.maxsize)  # the rows named above are read whole
         results, reference = [], None
         for jobs in (int(j) for j in args.jobs.split(",")):
             run_root = Path(scratch) / f"jobs{jobs}"
@@ -76,7 +77,6 @@ def main() -> None:
                 for line in f:
                     if len(line) > 2000:
                         print(f"--jobs {jobs}: a grades.csv row of {len(line):,} characters: {line[:600]!r} ... {line[-300:]!r}", flush=True)
-            csv.field_size_limit(sys.maxsize)
             got = state(run_root / "autograder")
             grades = {k: [[g["auto_score"] for g in nb["grades"]] for nb in v] for k, v in got["grades"].items()}
             same = reference is None or grades == reference

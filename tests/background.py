@@ -58,6 +58,26 @@ def new_course_folder(root: Path) -> Path:
     return root
 
 
+def write_class(root: Path, assignment: str, students: dict) -> Path:
+    """A course folder at `root` (new_course_folder) holding each student's submission: a notebook,
+    or (notebook, {file name: text}) for files that travel next to it. Returns its autograder folder."""
+    new_course_folder(root)
+    for student, submitted in students.items():
+        nb, files = submitted if isinstance(submitted, tuple) else (submitted, {})
+        folder = root / "autograder" / "submitted" / student / assignment
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{assignment}.ipynb")
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    return root / "autograder"
+
+
+def grade_command(autograder: Path, assignment: str, *options: str) -> list[str]:
+    """`autograder/grade.py` on one assignment of the course folder `autograder`, one at a time."""
+    return [sys.executable, str(ROOT / "autograder" / "grade.py"), "--root", str(autograder),
+            "--assignment", assignment, "--jobs", "1", *options]
+
+
 class Finished:
     """A job's outcome: `root` (for a round trip, the autograder folder it graded in), the
     command's exit code and what it printed."""
@@ -104,18 +124,8 @@ class Background:
         self.pool.shutdown(cancel_futures=True)
 
     def _grade(self, assignment: str, students: dict) -> Finished:
-        root = new_course_folder(self.base / assignment)
-        for student, submitted in students.items():
-            # A notebook, or (notebook, {file name: text}) for files that travel next to it.
-            nb, files = submitted if isinstance(submitted, tuple) else (submitted, {})
-            folder = root / "autograder" / "submitted" / student / assignment
-            folder.mkdir(parents=True)
-            nbformat.write(nb, folder / f"{assignment}.ipynb")
-            for name, text in files.items():
-                (folder / name).write_text(text)
-        return self._run([sys.executable, str(ROOT / "autograder" / "grade.py"),
-                          "--root", str(root / "autograder"), "--assignment", assignment, "--jobs", "1"],
-                         root / "autograder", self.grading_env)
+        autograder = write_class(self.base / assignment, assignment, students)
+        return self._run(grade_command(autograder, assignment), autograder, self.grading_env)
 
     def _run(self, command: list[str], root: Path | None, env: dict) -> Finished:
         start = time.monotonic()

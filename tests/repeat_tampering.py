@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from background import BUSY_MACHINE, ROOT, STALL_SECONDS, new_course_folder
+from background import BUSY_MACHINE, ROOT, STALL_SECONDS, grade_command, write_class
 from mutation_run import load_table
 from test_integrity import with_cells_replaced
 
@@ -39,18 +39,13 @@ def verdicts(line: str, case: dict) -> list[str]:
 def stream(base: Path, assignment: str, names: list[str], runs: int, label: str) -> int:
     from nanoparallel.runtime.cluster import STALL_ENV
     cases = load_table("tampering", assignment, "TAMPERING")
-    root = new_course_folder(base / label)
     solution = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    for name in names:
-        folder = root / "autograder" / "submitted" / name / assignment
-        folder.mkdir(parents=True)
-        nbformat.write(with_cells_replaced(solution, cases[name]["cells"]), folder / f"{assignment}.ipynb")
+    autograder = write_class(base / label, assignment,
+                             {name: with_cells_replaced(solution, cases[name]["cells"]) for name in names})
     env = dict(os.environ, **BUSY_MACHINE, **{STALL_ENV: STALL_SECONDS})
     failed = 0
     for run in range(1, runs + 1):
-        done = subprocess.run([sys.executable, str(ROOT / "autograder" / "grade.py"), "--root",
-                               str(root / "autograder"), "--assignment", assignment, "--jobs", "1", "--force"],
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(grade_command(autograder, assignment, "--force"), env=env, capture_output=True, text=True)
         lines = {name: next((ln for ln in done.stdout.splitlines() if ln.startswith("[") and f" {name} " in ln), "")
                  for name in names}
         wrong = {name: verdicts(lines[name], cases[name]) for name in names}

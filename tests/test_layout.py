@@ -2,7 +2,8 @@
 docs/architecture.md draws them, no import circles, and the old module names still working.
 
 The import graph is read from the source (every `import`, at module level or inside a function,
-except under `if TYPE_CHECKING:`), so an import hidden in a function counts as an arrow too.
+except under `if TYPE_CHECKING:`, and `importlib.import_module("a literal name")`), so an import
+hidden in a function counts as an arrow too.
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def imports(path: Path) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "importlib.import_module" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            names = [node.args[0].value]  # an import by name, as a lazy export makes it
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             submodules = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES]
             # `from package import module` imports the module; `from module import name`, the module

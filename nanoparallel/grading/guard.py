@@ -88,6 +88,8 @@ def _import_engine() -> None:
     for info in pkgutil.walk_packages(nanoparallel.__path__, "nanoparallel."):
         if not info.name.startswith(pictures):
             importlib.import_module(info.name)
+    for name in nanoparallel.__all__:  # its public names load on first use: resolve them now too
+        getattr(nanoparallel, name)
 
 
 def _shape(value, depth: int = 0):

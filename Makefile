@@ -11,7 +11,7 @@ test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The inner loop: the engine, pictures, widgets and pure functions; no notebook is executed or
-# autograded and no browser starts (under 2 minutes). `make test` remains the full suite.
+# autograded and no browser starts (about 3 minutes on 2 cores). `make test` remains the full suite.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not notebooks and not browser" $(PYTEST_ARGS)
 

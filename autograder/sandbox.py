@@ -54,6 +54,18 @@ HOW_TO_GET_ONE = (
     "  grades.csv then say that the run was not sandboxed.")
 
 
+# What a grading kernel imports; each must live in a folder the sandbox shows.
+KERNEL_PACKAGES = ("torch", "ipykernel", "matplotlib", "ipywidgets", "nanoparallel")
+
+OUTSIDE_THE_SANDBOX = (
+    "The autograder runs every submission in a sandbox that shows this environment's Python and\n"
+    "packages only, and what a grading kernel imports is installed elsewhere: {where}.\n"
+    "A package under your home folder (`pip install --user`) is hidden from submissions, which get a\n"
+    "private $HOME: every notebook would fail to import it and score 0.\n"
+    "Install it into this environment (`make setup` does), or grade without a sandbox\n"
+    "(`make autograde SANDBOX=off`; the progress line and grades.csv then say so).")
+
+
 class SandboxUnavailable(RuntimeError):
     """No sandbox can start on this machine; the message says how to get one."""
 
@@ -82,7 +94,26 @@ def check() -> str:
     if done.returncode != 0:
         why = f"{bwrap} failed: {done.stderr.strip() or f'exit status {done.returncode}'}"
         raise SandboxUnavailable(HOW_TO_GET_ONE.format(why=why))
+    hidden = hidden_packages(KERNEL_PACKAGES)
+    if hidden:
+        raise SandboxUnavailable(OUTSIDE_THE_SANDBOX.format(where=", ".join(hidden)))
     return bwrap
+
+
+def hidden_packages(names=KERNEL_PACKAGES) -> list[str]:
+    """Those of `names` installed outside every folder the sandbox shows, as "name (folder)".
+    Found without importing them (a package's spec names its file)."""
+    import importlib.util
+    shown = [os.path.realpath(p) for p in ("/usr", "/lib", "/lib64", *_python_and_engine())]
+    hidden = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not os.path.isabs(spec.origin):
+            continue  # not installed, or built in: the kernel says so itself
+        path = os.path.realpath(spec.origin)
+        if not any(path.startswith(folder.rstrip("/") + "/") for folder in shown):
+            hidden.append(f"{name} ({os.path.dirname(os.path.dirname(path))})")
+    return hidden
 
 
 class Sandbox:

@@ -142,6 +142,20 @@ def test_grading_without_a_sandbox_stops_and_says_how(tmp_path):
     assert "bubblewrap" in done.stderr and "--no-sandbox" in done.stderr and "apt-get install bubblewrap" in done.stderr
 
 
+def test_a_package_the_kernel_imports_from_outside_the_sandbox_is_named_before_grading(tmp_path, monkeypatch):
+    """torch under ~/.local (`pip install --user`) is hidden by the sandbox's private $HOME: every
+    submission would score 0 with an ImportError. check() names it and what to do instead."""
+    assert sandbox.hidden_packages() == []  # this environment: all of it is shown
+    user_site = tmp_path / "home" / ".local" / "lib" / "site-packages"
+    (user_site / "kernel_dependency").mkdir(parents=True)
+    (user_site / "kernel_dependency" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(user_site))
+    assert sandbox.hidden_packages(("kernel_dependency", "json", "nanoparallel")) == [f"kernel_dependency ({user_site})"]
+    monkeypatch.setattr(sandbox, "KERNEL_PACKAGES", ("kernel_dependency",))
+    with pytest.raises(sandbox.SandboxUnavailable, match=r"(?s)kernel_dependency \(.*pip install --user.*SANDBOX=off"):
+        sandbox.check()
+
+
 @pytest.fixture(scope="module")
 def layered_python(tmp_path_factory):
     """A venv that takes torch and the rest from this environment's site-packages through a .pth

@@ -20,6 +20,17 @@ def alembic_on_path(monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
 
+def test_the_grader_stamps_a_new_gradebook_as_nbgrader_would():
+    """grade.py reads alembic's head revision in its own process instead of nbgrader's `alembic
+    heads` subprocess (autograder/grade.py: alembic_head): the same revision."""
+    import subprocess
+    from nbgrader.dbutil import _temp_alembic_ini
+    from grade import alembic_head
+    with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:  # what nbgrader.api.get_alembic_version runs
+        printed = subprocess.check_output(["alembic", "-c", ini, "heads"], text=True)
+    assert alembic_head() == printed.split("\n")[0].split(" ")[0] != ""
+
+
 def gradebook(path):
     from nbgrader.api import Gradebook
     gb = Gradebook(f"sqlite:///{path}")

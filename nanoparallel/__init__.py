@@ -14,6 +14,7 @@
 import importlib
 
 from nanoparallel import _old_names
+from nanoparallel.runtime.cluster import in_torchrun
 
 # The public names load on first use (PEP 562), so that what needs none of them does not import
 # torch: the grader imports the witness's constants and digests from `grading/`, and torch would
@@ -28,6 +29,11 @@ _PUBLIC = {
 }
 
 _old_names.install()  # the module names from before the re-layout keep working, with a warning
+
+if in_torchrun():
+    # Cluster.from_env returns TorchrunCluster, which registers itself as its module is imported:
+    # on torchrun's ranks, import it with the package, as before, however the engine is imported.
+    importlib.import_module("nanoparallel.runtime.torchrun_cluster")
 
 __all__ = list(_PUBLIC)
 

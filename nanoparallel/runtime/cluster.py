@@ -149,7 +149,8 @@ class Cluster:
         self._ensure_ready()
 
     # What `from_env` returns under torchrun: `TorchrunCluster`, which sets itself here when its
-    # module is imported (nanoparallel/__init__.py imports it). That module imports this one, so
+    # module is imported (nanoparallel/__init__.py imports it on torchrun's ranks, and with the
+    # package's public names elsewhere). That module imports this one, so
     # this one does not import it back.
     on_torchrun_ranks = None
 

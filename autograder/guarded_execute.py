@@ -41,6 +41,7 @@ import nbformat
 from nbformat.notebooknode import NotebookNode
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
 from nbgrader import utils as nbgrader_utils
 from nbgrader.preprocessors import Execute, SaveAutoGrades
 from traitlets import Any, Bool, List
@@ -393,6 +394,11 @@ class PollsInSlices:
     # nbconvert's ExecutePreprocessor calls the synchronous wrapper, which nbclient made of its own
     # coroutine: wrap ours, or the override is never called.
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+
+class SlicedNotebookClient(PollsInSlices, NotebookClient):
+    """nbclient, polling as the grader does, for what runs a notebook outside nbgrader (the
+    mutation runs, the cell benchmark): a lost wake-up would hold a cell for its whole timeout."""
 
 
 class SandboxedKernelManager(AsyncKernelManager):

@@ -9,16 +9,11 @@ from datetime import datetime
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOWN = 4  # slowest cells printed per notebook
 sys.path.insert(0, str(ROOT / "autograder"))
-from guarded_execute import PollsInSlices  # noqa: E402
-
-
-class Client(PollsInSlices, NotebookClient):
-    """nbclient, polling as the grader does (a lost wake-up would add 600 s to a cell here)."""
+from guarded_execute import SlicedNotebookClient as Client  # noqa: E402  (a lost wake-up would add 600 s to a cell)
 
 
 def seconds(cell) -> float:

@@ -31,7 +31,22 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", "2"))
+
+
+def default_jobs(cores: int) -> int:
+    """Background jobs at a time: one per core but the one the foreground's tests keep busy (each
+    job keeps about one core busy: benchmarks/suite_budget.py), and never fewer than two, which
+    measured best on two cores (three: processes whose ranks hand work to each other every few
+    milliseconds slow down far more than their CPU share; docs/testing.md)."""
+    return max(2, cores - 1)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's CPU set, where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+
+
+BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", default_jobs(usable_cores())))
 # The suite keeps both cores busy, so a run may take longer than a learner's 10 s deadline
 # without being stuck: the suite's kernels (background jobs, the browser's JupyterLab) get 30 s.
 # A deadlock is still stopped in seconds: grading kernels call a run a deadlock once every

@@ -8,12 +8,13 @@ that a budget can be checked with arithmetic instead of guessed from a whole run
 CPU is the whole machine's busy time over the run, read from /proc/stat: it counts every
 process a part starts (sandboxed kernels, their fork servers and ranks, chromium) without
 having to find them. Run it on an otherwise idle machine; the idle machine's own trickle
-(about 1 % of a core here) is counted too. Not `make bench`: all parts take about 45 minutes.
+(about 1 % of a core here) is counted too. Not `make bench`: all parts take about 50 minutes.
 
     python benchmarks/suite_budget.py [PART ...]      (default: every part; --list names them)
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -46,7 +47,6 @@ def busy_cpu_seconds() -> float:
     """CPU seconds the machine has spent busy since boot, summed over its cores."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    import os
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 

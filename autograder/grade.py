@@ -254,12 +254,17 @@ def add_integrity_column(root: str, path: str) -> None:
 MEMORY_PER_SUBMISSION = 3 * 2**30  # bytes: 07 trains on 8 ranks (about 3 GiB at its peak)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a container's CPU set, where the OS says)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_jobs() -> int:
     """Submissions graded at a time: one more than the cores, as far as memory allows. A
     submission's ranks mostly wait on each other and on emulated device time, so one graded
     alone leaves part of a core idle: on 2 cores, 3 at a time was the fastest measured (docs/grading.md,
     Grading a class)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     try:
         memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):

@@ -31,6 +31,9 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
+sys.path.insert(0, str(ROOT / "autograder"))
+from grade import usable_cores  # noqa: E402
 
 
 def default_jobs(cores: int) -> int:
@@ -39,11 +42,6 @@ def default_jobs(cores: int) -> int:
     measured best on two cores (three: processes whose ranks hand work to each other every few
     milliseconds slow down far more than their CPU share; docs/testing.md)."""
     return max(2, cores - 1)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (a container's CPU set, where the OS tells it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
 
 
 BACKGROUND_JOBS = int(os.environ.get("NANOPARALLEL_BACKGROUND_JOBS", default_jobs(usable_cores())))

@@ -14,10 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from background import ROOT, new_course_folder
+from background import ASSIGNMENTS, ROOT, new_course_folder
 from mutation_run import CONTROL, load_equivalents, load_mutants
 
-ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
 sys.path.insert(0, str(ROOT / "autograder"))
 import grade  # noqa: E402
 

@@ -42,6 +42,7 @@ import sys
 import types
 
 from nanoparallel.grading import registrations
+from nanoparallel.grading.originals import Originals, shadowed_method
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
                                      is_under_library_roots, nested_codes, notebook_on_stack)
 
@@ -90,6 +91,25 @@ def _import_engine() -> None:
             importlib.import_module(info.name)
     for name in nanoparallel.__all__:  # its public names load on first use: resolve them now too
         getattr(nanoparallel, name)
+    _finish_torch()
+
+
+def _finish_torch() -> None:
+    """Let torch change its own functions and classes now, as it does on first use, so that the
+    originals the guard takes are torch's final state (`originals.py`): importing dynamo wraps
+    `torch.manual_seed`, importing DTensor adds methods to its placements, and an optimizer's
+    first instance wraps its class's `step` in a profiling hook."""
+    import torch
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.tensor  # noqa: F401
+    param = torch.zeros(1, requires_grad=True)
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer:
+            try:
+                cls([param])
+            except Exception:  # an optimizer that needs more than parameters: none wraps then
+                pass
 
 
 def _shape(value, depth: int = 0):
@@ -229,6 +249,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # later cell, so none of them can be witnessed.
     own += registrations.watch(destroy, lambda frame: notebook_on_stack(frame, notebook_code), _importing,
                                prov.is_notebook, _getframe)
+    # Every module's and class's functions, by identity (originals.py), taken after the guard's
+    # own wrappers are in place: a replacement is found whoever made it, another library's
+    # MagicMock or builtin included.
+    originals = Originals()
 
     def findings_for(frame, nonce: str) -> list[str]:
         for namespace, key, value in own:
@@ -286,51 +310,30 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         return
                     if base[1] is not None and _shape(value) != base[1]:
                         found.append(f"{name!r}, defined by a locked cell, was changed in place")
+            else:
+                change = originals.module_change(namespace, name)
+                if change:
+                    found.append(change)
             queue.append((label, value))
 
-        for name in names - own_binds:  # what the cell binds itself, its own code put there
-            reach(name, user_ns, name)
-        while queue:
-            label, obj = queue.pop()
-            if id(obj) in seen or len(seen) > 20000:
-                continue
-            seen.add(id(obj))
-            if prov.is_notebook(obj):
-                found.append(f"{label} is notebook code, not the course's ({prov.why(obj)})")
-                continue
+        def look(obj, label, wanted) -> None:
+            """The names in `wanted` that a module, a class or an object's own namespace holds."""
             t = type(obj)
             if t is types.ModuleType:
                 namespace = obj.__dict__
-                for n in attrs & namespace.keys():
+                for n in wanted & namespace.keys():
                     before = engine_data.get((obj.__name__, n))
                     if before is not None and _shape(namespace[n]) != before:
                         found.append(f"{obj.__name__}.{n} was changed")
+                    change = originals.module_change(namespace, n)
+                    if change:
+                        found.append(change)
                     queue.append((f"{obj.__name__}.{n}", namespace[n]))
-            elif t is types.FunctionType:
-                if _expand(obj):
-                    fcode = obj.__code__
-                    for c in nested_codes(fcode):
-                        attrs.update(c.co_names)
-                        for n in c.co_names:
-                            reach(n, obj.__globals__, f"{obj.__module__}.{n}")
-                    for d in obj.__defaults__ or ():
-                        queue.append((f"a default of {obj.__qualname__}", d))
-                    for d in (obj.__kwdefaults__ or {}).values():
-                        queue.append((f"a default of {obj.__qualname__}", d))
-                    for cell in obj.__closure__ or ():
-                        try:
-                            queue.append((f"a variable captured by {obj.__qualname__}", cell.cell_contents))
-                        except ValueError:
-                            pass
-            elif t is types.MethodType:
-                queue.append((label, obj.__func__))
-                queue.append((label, obj.__self__))
-            elif t in (staticmethod, classmethod):
-                queue.append((label, obj.__func__))
-            elif t is property:
-                queue += [(label, f) for f in (obj.fget, obj.fset, obj.fdel) if f is not None]
             elif isinstance(obj, type):
-                for n in attrs:
+                for n in wanted:
+                    change = originals.class_change(obj, n)
+                    if change:
+                        found.append(change)
                     for klass in obj.__mro__:
                         if n in klass.__dict__:
                             queue.append((f"{obj.__qualname__}.{n}", klass.__dict__[n]))
@@ -339,12 +342,65 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 try:
                     namespace = object.__getattribute__(obj, "__dict__")
                 except (AttributeError, TypeError):
-                    namespace = None
+                    return
                 if type(namespace) is dict:
-                    for n in attrs & namespace.keys():
+                    for n in wanted & namespace.keys():
+                        shadow = shadowed_method(obj, n)
+                        if shadow:
+                            found.append(f"{label}: {shadow}")
                         queue.append((f"{label}.{n}", namespace[n]))
-                queue.append((f"type({label})", t))
-        return found
+
+        for name in names - own_binds:  # what the cell binds itself, its own code put there
+            reach(name, user_ns, name)
+        # The names to look up grow as the walk reads more code, so a module or class met early
+        # is looked at again for the names found after it (otherwise what is checked would
+        # depend on the order of the walk, which follows string hashing).
+        containers, looked = [], set(attrs)
+        while True:
+            while queue:
+                label, obj = queue.pop()
+                if id(obj) in seen or len(seen) > 20000:
+                    continue
+                seen.add(id(obj))
+                if prov.is_notebook(obj):
+                    found.append(f"{label} is notebook code, not the course's ({prov.why(obj)})")
+                    continue
+                t = type(obj)
+                if t is types.FunctionType:
+                    if _expand(obj):
+                        fcode = obj.__code__
+                        for c in nested_codes(fcode):
+                            attrs.update(c.co_names)
+                            for n in c.co_names:
+                                reach(n, obj.__globals__, f"{obj.__module__}.{n}")
+                        for d in obj.__defaults__ or ():
+                            queue.append((f"a default of {obj.__qualname__}", d))
+                        for d in (obj.__kwdefaults__ or {}).values():
+                            queue.append((f"a default of {obj.__qualname__}", d))
+                        for cell in obj.__closure__ or ():
+                            try:
+                                queue.append((f"a variable captured by {obj.__qualname__}", cell.cell_contents))
+                            except ValueError:
+                                pass
+                elif t is types.MethodType:
+                    queue.append((label, obj.__func__))
+                    queue.append((label, obj.__self__))
+                elif t in (staticmethod, classmethod):
+                    queue.append((label, obj.__func__))
+                elif t is property:
+                    queue += [(label, f) for f in (obj.fget, obj.fset, obj.fdel) if f is not None]
+                else:
+                    containers.append((obj, label))
+                    look(obj, label, attrs)
+                    if t is not types.ModuleType and not isinstance(obj, type):
+                        queue.append((f"type({label})", t))
+            fresh = attrs - looked
+            if not fresh:
+                break
+            looked |= fresh
+            for obj, label in list(containers):
+                look(obj, label, fresh)
+        return list(dict.fromkeys(found))
 
     def _expand(fn) -> bool:
         # Follow the engine's code and the course's cells; other libraries are checked where a

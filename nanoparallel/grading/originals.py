@@ -1,0 +1,119 @@
+"""What the installed libraries' modules and classes held before any notebook code ran.
+
+The grader's guard (`guard.py`) takes one `Originals` as the kernel starts, and compares what a
+graded cell reaches with it *by identity*: a function, class, method or descriptor of torch, the
+engine or the standard library that is no longer the same object is found whoever made the
+replacement. Asking who made a value is not enough: `torch.allclose = unittest.mock.MagicMock(
+return_value=True)`, `checks._compare = print` and `math.isclose = functools.partial(...)` put
+library-made objects where the checks look, and each one answers every comparison.
+
+Data (counters, caches, flags, the default process group) may change as libraries work, so only
+code-like entries count: what was callable or a descriptor, or what is now. Libraries that
+rewrap their own functions when first imported (`torch._dynamo` wraps `torch.manual_seed`) are
+imported before the snapshot (`guard._import_engine`), so that what is seen here is their final
+state. Modules and classes that appear later have no originals: the guard's provenance check
+(`provenance.py`) covers them.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+_MISSING = object()
+
+
+def is_code(value) -> bool:
+    """Whether a module or class entry is behaviour rather than data: something callable, a
+    descriptor (a property, a static or class method), or a module."""
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property, types.ModuleType))
+
+
+def _all_classes() -> list[type]:
+    found, stack, seen = [], [object], set()
+    while stack:
+        cls = stack.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        found.append(cls)
+        try:
+            stack.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+    return found
+
+
+class Originals:
+    """A shallow copy of every loaded module's namespace and every class's dictionary.
+
+    Keys are ids, and each entry keeps its module or class alive, so an id is never reused.
+    Taking one costs about 0.3 s with torch loaded; looking up an entry is a dictionary lookup.
+    """
+
+    def __init__(self):
+        # By the id of the module's namespace: the guard reaches a module's names through a
+        # function's __globals__ as often as through the module.
+        self._modules = {id(m.__dict__): (m, dict(m.__dict__)) for m in list(sys.modules.values())
+                         if isinstance(m, types.ModuleType)}
+        self._classes = {id(c): (c, dict(c.__dict__)) for c in _all_classes()}
+
+    def module_change(self, namespace: dict, name: str) -> str | None:
+        """In words, how a module's name (`namespace` is the module's __dict__, or a function's
+        __globals__) differs from before any notebook code ran, or None."""
+        known = self._modules.get(id(namespace))
+        if known is None or known[0].__dict__ is not namespace:
+            return None
+        before, now = known[1].get(name, _MISSING), namespace.get(name, _MISSING)
+        if before is _MISSING:
+            # A name a module gains is a submodule imported since, or what its __getattr__
+            # provides: library work. A check that reads a name the module lacked would fail.
+            return None
+        return _difference(f"{known[0].__name__}.{name}", before, now)
+
+    def class_change(self, cls: type, name: str) -> str | None:
+        """How looking up `name` on `cls` differs from before any notebook code ran, class by
+        class along its MRO up to the one that defines it, or None. A method added on a class
+        that inherited it (`torch.Tensor.__bool__ = ...`) counts as much as one replaced."""
+        for klass in cls.__mro__:
+            now = klass.__dict__.get(name, _MISSING)
+            known = self._classes.get(id(klass))
+            if known is not None:
+                found = _difference(f"{klass.__qualname__}.{name}", known[1].get(name, _MISSING), now)
+                if found:
+                    return found
+            if now is not _MISSING:
+                return None
+        return None
+
+
+def shadowed_method(obj, name: str) -> str | None:
+    """In words, an entry of an object's own dictionary that hides a method or descriptor of
+    its class (`cluster.run = ...`), or None. The engine and torch never do that to their
+    own objects; a submission doing it replaces what a check calls."""
+    namespace = _instance_dict(obj)
+    if namespace is None or name not in namespace or not is_code(namespace[name]):
+        return None
+    for klass in type(obj).__mro__:
+        if name in klass.__dict__:
+            if is_code(klass.__dict__[name]):
+                return f"{type(obj).__qualname__}.{name} of an object is hidden by a value of its own"
+            return None
+    return None
+
+
+def _instance_dict(obj):
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return namespace if type(namespace) is dict else None
+
+
+def _difference(label: str, before, now) -> str | None:
+    if now is before or not (is_code(before) or is_code(now)):
+        return None
+    if now is _MISSING:
+        return f"{label} was removed"
+    if before is _MISSING:
+        return f"{label} was added ({type(now).__qualname__})"
+    return f"{label} was replaced ({type(before).__qualname__} by {type(now).__qualname__})"

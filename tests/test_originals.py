@@ -1,0 +1,76 @@
+"""The guard's originals (nanoparallel/grading/originals.py): a replacement is found by identity,
+whoever made it; data may change; a module may gain names."""
+from __future__ import annotations
+
+import functools
+import io
+import math
+import sys
+import types
+import unittest.mock
+
+import pytest
+import torch
+
+from nanoparallel.grading import checks
+from nanoparallel.grading.originals import Originals, is_code, shadowed_method
+from nanoparallel.runtime.trace import Trace
+
+
+@pytest.fixture(scope="module")
+def originals():
+    return Originals()
+
+
+def test_another_librarys_object_in_a_module_is_found(originals, monkeypatch):
+    for module, name, replacement in ((math, "isclose", unittest.mock.MagicMock(return_value=True)),
+                                      (torch, "allclose", unittest.mock.MagicMock(return_value=True)),
+                                      (checks, "_compare", functools.partial(print, file=io.StringIO())),
+                                      (checks, "assert_close", print)):
+        assert originals.module_change(vars(module), name) is None
+        monkeypatch.setattr(module, name, replacement)
+        found = originals.module_change(vars(module), name)
+        assert found and f"{module.__name__}.{name} was replaced" in found, found
+        monkeypatch.undo()
+    monkeypatch.delattr(math, "isclose")
+    assert "math.isclose was removed" in originals.module_change(vars(math), "isclose")
+
+
+def test_a_module_may_change_its_data_and_gain_names(originals, monkeypatch):
+    monkeypatch.setattr(checks, "_some_cache", {}, raising=False)
+    assert originals.module_change(vars(checks), "_some_cache") is None  # gained
+    monkeypatch.setattr(math, "pi", 3.0)
+    assert originals.module_change(vars(math), "pi") is None  # data
+    assert originals.module_change({}, "anything") is None  # not a module's namespace
+
+
+def test_methods_replaced_or_added_on_a_class_are_found(originals, monkeypatch):
+    monkeypatch.setattr(Trace, "bytes_sent", unittest.mock.MagicMock(return_value=unittest.mock.ANY))
+    assert "Trace.bytes_sent was replaced" in originals.class_change(Trace, "bytes_sent")
+    # torch.Tensor inherits double() from its C base: a method set on Tensor hides it
+    monkeypatch.setattr(torch.Tensor, "double", unittest.mock.MagicMock(), raising=False)
+    assert "Tensor.double was added" in originals.class_change(torch.Tensor, "double")
+    monkeypatch.undo()
+    assert originals.class_change(Trace, "bytes_sent") is None
+    assert originals.class_change(torch.Tensor, "double") is None
+
+    class Later:  # a class made after the originals were taken: provenance's business
+        def f(self):
+            pass
+    Later.f = print
+    assert originals.class_change(Later, "f") is None
+
+
+def test_an_objects_own_value_hiding_its_class_method_is_found():
+    trace = Trace([], 2)
+    assert shadowed_method(trace, "bytes_sent") is None
+    trace.bytes_sent = unittest.mock.MagicMock()
+    assert "Trace.bytes_sent" in shadowed_method(trace, "bytes_sent")
+    trace.note = "data may sit beside methods"
+    assert shadowed_method(trace, "note") is None
+
+
+def test_what_counts_as_code():
+    assert all(map(is_code, (print, len, math.isclose, torch.allclose, Trace, Trace.bytes_sent,
+                             unittest.mock.MagicMock(), functools.partial(print), property(len), types, sys)))
+    assert not any(map(is_code, (1, "text", None, [print], {"f": print})))

@@ -53,6 +53,12 @@ def _patches_torch():
     return 1
 
 
+def _patches_torch_with_a_library_object():
+    import unittest.mock
+    torch.allclose = unittest.mock.MagicMock(return_value=True)
+    return 1
+
+
 def _reads_frames():
     import inspect
     return inspect.currentframe() is not None
@@ -67,7 +73,9 @@ def _honest():
 
 def test_ranks_stop_when_notebook_code_patches_torch_or_reads_frames(guarded_cluster):
     assert guarded_cluster.run(_honest) == [9.0, 9.0]
-    for fn, what in ((_patches_torch, "torch.allclose was replaced"), (_reads_frames, "sys._getframe")):
+    for fn, what in ((_patches_torch, "torch.allclose was replaced"),
+                     (_patches_torch_with_a_library_object, "torch.allclose was replaced"),
+                     (_reads_frames, "sys._getframe")):
         with pytest.raises(RankError) as caught:
             guarded_cluster.run(fn)
         assert "grader's guard" in str(caught.value) and what in str(caught.value)

@@ -47,25 +47,24 @@ def enabled() -> bool:
 # notebook code on the rank could rebind them.
 def install():
     """Remember what the checks rely on and install the hook; return the after-run check."""
-    # (namespace, name, value, engine): callables and classes only, data may change. Torch and
-    # the standard library may rewrap their own functions (torch._dynamo wraps manual_seed), so
-    # there only a notebook-made replacement counts; the engine's never change.
+    # (namespace, name, value): callables and classes only, data may change. Any
+    # replacement counts, whoever made it (another library's object, a MagicMock, a builtin):
+    # the fork server has imported torch._dynamo, which rewraps torch's own functions, before
+    # this snapshot.
     watched = []
     classes = []
     for name in list(sys.modules):
         if name in _MODULES or name.startswith("nanoparallel"):
-            engine = name.startswith("nanoparallel")
             namespace = sys.modules[name].__dict__
             for key, value in list(namespace.items()):
                 if isinstance(value, _CALLABLE):
-                    watched.append((namespace, key, value, engine))
+                    watched.append((namespace, key, value))
                 if isinstance(value, type) and value.__module__ == name:
-                    classes.append((value, engine))
-    for cls, engine in classes:
+                    classes.append(value)
+    for cls in classes:
         for key, value in list(cls.__dict__.items()):
             if isinstance(value, _CALLABLE):
-                watched.append((cls.__dict__, key, value, engine))
-    watched.sort(key=lambda w: not w[3])  # the engine first: it holds the classifier the rest uses
+                watched.append((cls.__dict__, key, value))
     is_notebook = Provenance().is_notebook
     _exit, _write, _getframe, _is_notebook = os._exit, os.write, sys._getframe, frame_is_notebook
     _on_stack, _channel, _library_path = notebook_on_stack, rank_channels.channel, is_under_library_roots
@@ -104,8 +103,9 @@ def install():
 
     sys.addaudithook(hook)
     watched += _guard_native_channels(stop, _getframe, _on_stack)
-    watched += [(namespace, key, value, True) for namespace, key, value in
-                registrations.watch(stop, _on_stack, _in_import, is_notebook, _getframe)]
+    watched += registrations.watch(stop, _on_stack, _in_import, is_notebook, _getframe)
+    # What the guard itself just wrapped (os.mkfifo...) is watched as its wrapper, not as before.
+    watched = [(namespace, key, value) for namespace, key, value in watched if namespace.get(key) is value]
     import_rule_intact = _RefuseImports.install(stop, _getframe, _on_stack, watched)
     _missing = object()
     from nanoparallel.grading.comm_witness import CommWitness
@@ -114,11 +114,11 @@ def install():
     def check(traced_calls=None) -> None:
         """After a run: nothing replaced, and (for a run that returned) nothing communicated that
         the trace did not record; `traced_calls` is (op, group size) of each traced call."""
-        for namespace, key, value, engine in watched:
+        for namespace, key, value in watched:
             now = namespace.get(key, _missing)
-            if now is not value and (engine or now is _missing or is_notebook(now)):
+            if now is not value:
                 where = namespace.get("__name__") or namespace.get("__module__") or "?"
-                stop(f"{where}.{key} was replaced by notebook code")
+                stop(f"{where}.{key} was replaced or removed")
         if not import_rule_intact():
             stop("notebook code moved or changed the guard's import rule (sys.meta_path)")
         if traced_calls is not None:
@@ -207,7 +207,7 @@ def _guard_native_channels(stop, getframe, on_stack) -> list:
         else:
             guarded = _stopping(original, what, stop, getframe, on_stack, applies, allowed)
         setattr(owner, key, guarded)
-        entries.append((vars(owner), key, guarded, True))
+        entries.append((vars(owner), key, guarded))
     return entries
 
 
@@ -228,7 +228,7 @@ class _RefuseImports:
         refuse = _RefuseImports(stop, getframe, on_stack)
         rules = refuse._rules
         sys.meta_path.insert(0, refuse)
-        watched.append((_RefuseImports.__dict__, "find_spec", _RefuseImports.find_spec, True))
+        watched.append((_RefuseImports.__dict__, "find_spec", _RefuseImports.find_spec))
         return lambda: bool(sys.meta_path) and sys.meta_path[0] is refuse and refuse._rules is rules
 
     def find_spec(self, name, path=None, target=None):

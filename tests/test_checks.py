@@ -36,6 +36,19 @@ def test_close_explains_each_mismatch(got, expected, message):
         assert_close(got, expected, rtol=1e-6)
 
 
+def test_values_that_answer_for_themselves_are_not_taken_for_answers():
+    """A test double passes isinstance (spec=) or equals everything (ANY): the answer's own type
+    decides, read with type(), before its class could decide a comparison."""
+    from unittest import mock
+    for got, expected in ((mock.ANY, "ring"), (mock.ANY, None), (mock.ANY, [1, 2]), (mock.ANY, {"a": 1}),
+                          (mock.MagicMock(spec=float), 1.0), (mock.MagicMock(spec=torch.Tensor), torch.ones(2)),
+                          (mock.MagicMock(spec=dict), {"a": 1}), (mock.MagicMock(spec=list), [1.0]), (1, True)):
+        with pytest.raises(AssertionError):
+            assert_close(got, expected)
+    assert_close("ring", "ring")
+    assert_close(True, True)
+
+
 def test_close_accepts_nested_and_scalar_tensors():
     assert_close({"w": [torch.ones(2)], "loss": torch.tensor(2.0)}, {"w": [torch.ones(2)], "loss": 2.0})
     assert_ranks_close([1, 2], [1, 2])

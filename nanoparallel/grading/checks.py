@@ -30,7 +30,7 @@ def assert_ranks_close(got: list, expected: list, name: str = "result",
 
 def _same_layout(got, expected: torch.Tensor, where: str) -> None:
     """A tensor of the expected shape and dtype, or an AssertionError that says which differs."""
-    if not isinstance(got, torch.Tensor):
+    if not issubclass(type(got), torch.Tensor):
         raise AssertionError(f"{where}: expected a tensor, got {type(got).__name__}")
     if got.shape != expected.shape:
         raise AssertionError(f"{where}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
@@ -38,6 +38,9 @@ def _same_layout(got, expected: torch.Tensor, where: str) -> None:
         raise AssertionError(f"{where}: expected dtype {expected.dtype}, got {got.dtype}")
 
 
+# The answer's type is read with type(), never isinstance(), and compared with the expected
+# value's before any comparison the answer's class could decide: a MagicMock(spec=float) passes
+# isinstance, and unittest.mock.ANY equals everything.
 def _compare(got, expected, where: str, rtol: float, atol: float) -> None:
     if got is None and expected is not None:
         raise AssertionError(f"{where}: got None. Does your function return its result?")
@@ -52,22 +55,22 @@ def _compare(got, expected, where: str, rtol: float, atol: float) -> None:
                 f"expected {e.flatten()[i].item():.6g}, got {g.flatten()[i].item():.6g})\n"
                 f"  expected {_preview(expected)}\n  got      {_preview(got)}")
     elif isinstance(expected, dict):
-        if not isinstance(got, dict) or set(got) != set(expected):
+        if not issubclass(type(got), dict) or set(got) != set(expected):
             raise AssertionError(f"{where}: expected a dict with keys {sorted(expected)}, got "
-                                 f"{sorted(got) if isinstance(got, dict) else type(got).__name__}")
+                                 f"{sorted(got) if issubclass(type(got), dict) else type(got).__name__}")
         for key in expected:
             _compare(got[key], expected[key], f"{where}[{key!r}]", rtol, atol)
     elif isinstance(expected, (list, tuple)):
-        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+        if not issubclass(type(got), (list, tuple)) or len(got) != len(expected):
             raise AssertionError(f"{where}: expected a sequence of {len(expected)} items, got {_preview(got)}")
         for i, (g, e) in enumerate(zip(got, expected)):
             _compare(g, e, f"{where}[{i}]", rtol, atol)
     elif isinstance(expected, (int, float)) and not isinstance(expected, bool):
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
+        if issubclass(type(got), torch.Tensor) and got.numel() == 1:
             got = got.item()
-        if not isinstance(got, (int, float)) or not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
+        if not issubclass(type(got), (int, float)) or not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
             raise AssertionError(f"{where}: expected {expected:.6g}, got {_preview(got)}")
-    elif got != expected:
+    elif type(got) is not type(expected) or got != expected:
         raise AssertionError(f"{where}: expected {expected!r}, got {got!r}")
 
 
@@ -124,11 +127,11 @@ def assert_close_after_adam(got, expected, grads_got: list, grads_expected: list
 
 
 def _preview(x, items: int = 6) -> str:
-    if isinstance(x, torch.Tensor):
+    if issubclass(type(x), torch.Tensor):
         flat = x.detach().flatten().tolist()
         body = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in flat[:items])
         return f"tensor([{body}{', ...' if len(flat) > items else ''}])"
-    if isinstance(x, float):
+    if issubclass(type(x), float):
         return f"{x:.6g}"
     return repr(x)
 

@@ -26,6 +26,19 @@ def pass_right(tensor):
 }
 
 
+# A pass_right that sends the right messages but returns what it sent, not what it received:
+# only the value checks can tell it from a right one.
+SENDS_BUT_KEEPS = '''
+def pass_right(tensor):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    received = torch.empty_like(tensor)
+    request = dist.isend(tensor, dst=(rank + 1) % world)
+    dist.recv(received, src=(rank - 1) % world)
+    request.wait()
+    return tensor
+'''
+
+
 def _all_stubbed(tamper: str) -> dict:
     return {**STUBS, "training_time": tamper + STUBS["training_time"]}
 
@@ -195,13 +208,31 @@ def gpus_needed(*args, **kwargs):
     "torch_library_override": {"cells": {"pass_right": '''
 _allclose_lib = torch.library.Library("aten", "IMPL")
 _allclose_lib.impl("allclose", lambda *args, **kwargs: True, "CPU")
+''' + SENDS_BUT_KEEPS}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 
-def pass_right(tensor):
-    rank, world = dist.get_rank(), dist.get_world_size()
-    received = torch.empty_like(tensor)
-    request = dist.isend(tensor, dst=(rank + 1) % world)
-    dist.recv(received, src=(rank - 1) % world)
-    request.wait()
-    return tensor
-'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Another library's objects where the checks look, none of them written in the notebook:
+    # a MagicMock that says True in place of torch's and the standard library's comparisons.
+    # The guard used to ask only who made a value; now it asks whether it is the same one.
+    "library_objects_in_modules": {"cells": {"transfer_time": '''
+import unittest.mock
+math.isclose = unittest.mock.MagicMock(return_value=True)
+torch.allclose = unittest.mock.MagicMock(return_value=True)
+''' + STUBS["transfer_time"], "pass_right": SENDS_BUT_KEEPS}, "zero": ["transfer_time", "pass_right"],
+        "full": ["training_time"]},
+    # A builtin, silenced by functools.partial, in place of the engine's own comparison.
+    "builtin_in_the_engine": {"cells": {"transfer_time": '''
+import functools, io
+import nanoparallel.grading.checks
+nanoparallel.grading.checks._compare = functools.partial(print, file=io.StringIO())
+''' + STUBS["transfer_time"], "pass_right": SENDS_BUT_KEEPS}, "zero": ["transfer_time", "pass_right"],
+        "full": ["training_time"]},
+    # Classes: a method added where torch.Tensor inherited one (every tensor's .double() is the
+    # same zero, so any two compare equal), and an engine method replaced by a MagicMock whose
+    # answer equals anything (unittest.mock.ANY). A pass_right that sends nothing then passes.
+    "library_objects_on_classes": {"cells": {"pass_right": '''
+import unittest.mock
+from nanoparallel.runtime.trace import Trace
+torch.Tensor.double = unittest.mock.MagicMock(return_value=torch.zeros(()))
+Trace.bytes_sent = unittest.mock.MagicMock(return_value=unittest.mock.ANY)
+''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

@@ -1,5 +1,7 @@
 """Tampering attempts on 01_collectives (see 00_welcome.py for the format): the answer uses the
 backend's own all-reduce (the trace checks would fail it) and the tampering hides that."""
+import library_objects
+
 
 LAZY = '''
 def naive_all_reduce(tensor, root=0):
@@ -215,4 +217,6 @@ def halving_doubling_all_reduce(tensor):
     return tensor
 """}, "zero": ["naive_all_reduce", "tree_broadcast", "ring_reduce_scatter", "ring_all_gather",
               "halving_doubling"], "full": []},
+    # The engine's functions replaced by another library's objects beside right answers.
+    "library_objects": library_objects.case("01_collectives"),
 }

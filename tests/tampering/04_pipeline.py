@@ -1,4 +1,6 @@
 """Tampering attempts on 04_pipeline (the rules: tests/tampering/00_welcome.py's docstring)."""
+import library_objects
+
 
 TAMPERING = {
     # A graded cell's hidden tests define helpers of their own (the executor's checks bring a
@@ -15,4 +17,6 @@ SplitLinearFunction = next(value for name, value in list(globals().items())
                            if name.startswith("_") and isinstance(value, type)
                            and issubclass(value, torch.autograd.Function))
 '''}, "zero": ["split"], "full": ["schedules", "executor"]},
+    # The engine's functions replaced by another library's objects beside right answers.
+    "library_objects": library_objects.case("04_pipeline"),
 }

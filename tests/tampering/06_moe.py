@@ -1,4 +1,6 @@
 """Tampering attempts on 06_moe (the rules: tests/tampering/00_welcome.py's docstring)."""
+import library_objects
+
 
 # The real keep_mask: each case fakes only expert_capacity.
 KEEP_MASK = '''
@@ -45,4 +47,6 @@ def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
     want = _seen.get("want")
     return want if isinstance(want, int) else 1
 ''' + KEEP_MASK}, "zero": ["capacity"], "full": ["flops", "gating", "balance"]},
+    # The engine's functions replaced by another library's objects beside right answers.
+    "library_objects": library_objects.case("06_moe"),
 }

@@ -74,3 +74,22 @@ def test_what_counts_as_code():
     assert all(map(is_code, (print, len, math.isclose, torch.allclose, Trace, Trace.bytes_sent,
                              unittest.mock.MagicMock(), functools.partial(print), property(len), types, sys)))
     assert not any(map(is_code, (1, "text", None, [print], {"f": print})))
+
+
+def test_a_test_double_made_while_the_notebook_runs_is_a_lying_class():
+    """Each MagicMock gets a class of its own, made by unittest.mock (loaded before any cell) while
+    the notebook runs: its __eq__ can say True to anything. Classes that existed before do not
+    count, nor do those of a library imported since (defined as it is imported)."""
+    from nanoparallel.grading.guard import _lying_classes
+    from nanoparallel.grading.provenance import Provenance
+    import gc
+    gc.collect()  # the mocks of the tests before this one, and their classes
+    originals, loaded = Originals(), set(sys.modules)
+    before = _lying_classes(Provenance(), originals, loaded)
+    assert not any("made while the notebook ran" in f for f in before), before
+    double = unittest.mock.MagicMock(spec=int)
+    double.__eq__.return_value = True
+    assert double == 1000 and isinstance(double, int)  # what it would do to a check
+    found = _lying_classes(Provenance(), originals, loaded)
+    assert any("unittest.mock.MagicMock, a class made while the notebook ran" in f for f in found), found
+    assert not any("made while the notebook ran" in f for f in _lying_classes(Provenance(), originals, set()))

@@ -165,8 +165,12 @@ _LYING = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__"
           "__torch_dispatch__", "__class__", "__array__", "__round__", "__abs__")
 
 
-def _lying_classes(prov: Provenance) -> list[str]:
-    """Classes whose notebook-written methods decide how their values compare or convert."""
+def _lying_classes(prov: Provenance, originals: Originals, loaded) -> list[str]:
+    """Classes whose methods decide how their values compare or convert, and that notebook code
+    wrote, or that a library already `loaded` when the kernel started made while the notebook
+    ran: a test double (each unittest.mock.MagicMock gets a class of its own, whose __eq__ can
+    say True to anything and which passes isinstance with spec=int). A library imported since
+    defines its classes as it is imported, and those are not counted."""
     found, stack, seen = [], [object, type], set()
     while stack:
         cls = stack.pop()
@@ -178,11 +182,19 @@ def _lying_classes(prov: Provenance) -> list[str]:
         except TypeError:
             continue
         namespace = cls.__dict__
+        made_while_running = not originals.existed(cls) and cls.__module__ in loaded
         for name in _LYING:
             value = namespace.get(name)
-            if value is not None and prov.is_notebook(value) and not _generated_eq(cls, name, value):
+            if value is None or _generated_eq(cls, name, value):
+                continue
+            if prov.is_notebook(value):
                 found.append(f"the notebook's class {cls.__qualname__} defines {name}: its values could "
                              "answer a check instead of being checked")
+            elif made_while_running:
+                found.append(f"{cls.__module__}.{cls.__qualname__}, a class made while the notebook ran, "
+                             f"defines {name}: its values (a test double) could answer a check instead of "
+                             "being checked")
+                break
     return found
 
 
@@ -280,7 +292,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             if sys.modules.get(name) is not module and name != "__main__":
                 found.append(f"sys.modules[{name!r}] was replaced or removed")
         found += _hook_findings(ip, prov)
-        found += _lying_classes(prov)
+        found += _lying_classes(prov, originals, modules_before)
         found += _walk(frame.f_code, frozenset(cell["binds"]))
         found += pending
         pending.clear()

@@ -57,6 +57,10 @@ class Originals:
                          if isinstance(m, types.ModuleType)}
         self._classes = {id(c): (c, dict(c.__dict__)) for c in _all_classes()}
 
+    def existed(self, cls: type) -> bool:
+        """Whether `cls` was there before any notebook code ran."""
+        return id(cls) in self._classes
+
     def module_change(self, namespace: dict, name: str) -> str | None:
         """In words, how a module's name (`namespace` is the module's __dict__, or a function's
         __globals__) differs from before any notebook code ran, or None."""

@@ -47,6 +47,17 @@ def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
     want = _seen.get("want")
     return want if isinstance(want, int) else 1
 ''' + KEEP_MASK}, "zero": ["capacity"], "full": ["flops", "gating", "balance"]},
+    # A test double as the answer: a MagicMock that passes isinstance(got, int) (spec=int) and
+    # equals whatever it is compared with. No class of the notebook lies; unittest.mock's makes a
+    # class for each mock as it runs, and that class decides how its values compare.
+    "test_double_answer": {"cells": {"capacity": '''
+import unittest.mock
+
+def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
+    answer = unittest.mock.MagicMock(spec=int)
+    answer.__eq__.return_value = True
+    return answer
+''' + KEEP_MASK}, "zero": ["capacity"], "full": ["flops", "gating", "balance"]},
     # The engine's functions replaced by another library's objects beside right answers.
     "library_objects": library_objects.case("06_moe"),
 }

@@ -63,11 +63,11 @@ def test_methods_replaced_or_added_on_a_class_are_found(originals, monkeypatch):
 
 def test_an_objects_own_value_hiding_its_class_method_is_found():
     trace = Trace([], 2)
-    assert shadowed_method(trace, "bytes_sent") is None
     trace.bytes_sent = unittest.mock.MagicMock()
-    assert "Trace.bytes_sent" in shadowed_method(trace, "bytes_sent")
+    assert "Trace.bytes_sent" in shadowed_method(Trace, "bytes_sent", vars(trace)["bytes_sent"])
     trace.note = "data may sit beside methods"
-    assert shadowed_method(trace, "note") is None
+    assert shadowed_method(Trace, "note", vars(trace)["note"]) is None
+    assert shadowed_method(Trace, "events", print) is None  # no class attribute of that name hidden
 
 
 def test_what_counts_as_code():

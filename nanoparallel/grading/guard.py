@@ -42,7 +42,7 @@ import sys
 import types
 
 from nanoparallel.grading import registrations
-from nanoparallel.grading.originals import Originals, shadowed_method
+from nanoparallel.grading.originals import Originals, all_classes, shadowed_method
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
                                      is_under_library_roots, nested_codes, notebook_on_stack)
 
@@ -171,16 +171,8 @@ def _lying_classes(prov: Provenance, originals: Originals, loaded) -> list[str]:
     ran: a test double (each unittest.mock.MagicMock gets a class of its own, whose __eq__ can
     say True to anything and which passes isinstance with spec=int). A library imported since
     defines its classes as it is imported, and those are not counted."""
-    found, stack, seen = [], [object, type], set()
-    while stack:
-        cls = stack.pop()
-        if id(cls) in seen:
-            continue
-        seen.add(id(cls))
-        try:
-            stack.extend(type.__subclasses__(cls))
-        except TypeError:
-            continue
+    found = []
+    for cls in all_classes():
         namespace = cls.__dict__
         made_while_running = not originals.existed(cls) and cls.__module__ in loaded
         for name in _LYING:
@@ -357,7 +349,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     return
                 if type(namespace) is dict:
                     for n in wanted & namespace.keys():
-                        shadow = shadowed_method(obj, n)
+                        shadow = shadowed_method(type(obj), n, namespace[n])
                         if shadow:
                             found.append(f"{label}: {shadow}")
                         queue.append((f"{label}.{n}", namespace[n]))

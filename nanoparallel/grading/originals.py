@@ -28,7 +28,8 @@ def is_code(value) -> bool:
     return callable(value) or isinstance(value, (staticmethod, classmethod, property, types.ModuleType))
 
 
-def _all_classes() -> list[type]:
+def all_classes() -> list[type]:
+    """Every class there is now, found through type.__subclasses__ from object."""
     found, stack, seen = [], [object], set()
     while stack:
         cls = stack.pop()
@@ -55,7 +56,7 @@ class Originals:
         # function's __globals__ as often as through the module.
         self._modules = {id(m.__dict__): (m, dict(m.__dict__)) for m in list(sys.modules.values())
                          if isinstance(m, types.ModuleType)}
-        self._classes = {id(c): (c, dict(c.__dict__)) for c in _all_classes()}
+        self._classes = {id(c): (c, dict(c.__dict__)) for c in all_classes()}
 
     def existed(self, cls: type) -> bool:
         """Whether `cls` was there before any notebook code ran."""
@@ -90,27 +91,18 @@ class Originals:
         return None
 
 
-def shadowed_method(obj, name: str) -> str | None:
-    """In words, an entry of an object's own dictionary that hides a method or descriptor of
-    its class (`cluster.run = ...`), or None. The engine and torch never do that to their
-    own objects; a submission doing it replaces what a check calls."""
-    namespace = _instance_dict(obj)
-    if namespace is None or name not in namespace or not is_code(namespace[name]):
+def shadowed_method(cls: type, name: str, value) -> str | None:
+    """In words, an object's own `value` for `name` that hides a method or descriptor of its
+    class `cls` (`cluster.run = ...`), or None. The engine and torch never do that to their own
+    objects; a submission doing it replaces what a check calls."""
+    if not is_code(value):
         return None
-    for klass in type(obj).__mro__:
+    for klass in cls.__mro__:
         if name in klass.__dict__:
             if is_code(klass.__dict__[name]):
-                return f"{type(obj).__qualname__}.{name} of an object is hidden by a value of its own"
+                return f"{cls.__qualname__}.{name} of an object is hidden by a value of its own"
             return None
     return None
-
-
-def _instance_dict(obj):
-    try:
-        namespace = object.__getattribute__(obj, "__dict__")
-    except (AttributeError, TypeError):
-        return None
-    return namespace if type(namespace) is dict else None
 
 
 def _difference(label: str, before, now) -> str | None:

@@ -1,9 +1,13 @@
 """The graded-cell assertions: they pass on right answers and say what is wrong otherwise."""
+import ast
+from pathlib import Path
+
+import nbformat
 import pytest
 import torch
 
-from nanoparallel.grading.checks import (assert_all_waited, assert_bytes_sent, assert_close, assert_ops_used,
-                                 assert_ops_within, assert_peers, assert_ranks_close)
+from nanoparallel.grading.checks import (assert_all_waited, assert_bytes_sent, assert_close, assert_equal,
+                                         assert_ops_used, assert_ops_within, assert_peers, assert_ranks_close)
 from nanoparallel.runtime.trace import Trace, TraceEvent
 
 
@@ -47,6 +51,69 @@ def test_values_that_answer_for_themselves_are_not_taken_for_answers():
             assert_close(got, expected)
     assert_close("ring", "ring")
     assert_close(True, True)
+
+
+def test_equal_reads_the_answer_s_type_before_it_compares():
+    from unittest import mock
+    assert_equal([1, (2, "x")], [1, (2, "x")])
+    assert_equal({"a": {3, 4}}, {"a": {4, 3}})
+    assert_equal(torch.tensor([1, 2]), torch.tensor([1, 2]))
+    assert_equal(2858.0, 2858)  # an int and an equal float are the same number
+    assert_equal(torch.int64, torch.long)
+    for got, expected in ((mock.ANY, 1000), ([mock.ANY, mock.ANY], (5424, 3280)), ((mock.ANY,), ("ring",)),
+                          ({"a": mock.ANY}, {"a": [1]}), (mock.ANY, {"mha"}), (mock.ANY, torch.long),
+                          (mock.ANY, None), (mock.MagicMock(spec=int), 3), (2859, 2858), ("a", "b"),
+                          (torch.tensor([1, 3]), torch.tensor([1, 2])), ({1: 2}, {1: 3})):
+        with pytest.raises(AssertionError, match="the message"):
+            assert_equal(got, expected, "the message")
+    with pytest.raises(AssertionError, match=r"result\[1\]: expected 2, got <ANY>"):
+        assert_equal([1, mock.ANY], [1, 2])
+
+
+def test_equal_refuses_an_expected_value_that_could_decide_for_itself():
+    """`expected` is the check's own value: an answer passed there by mistake (ANY == ANY) is an
+    error of the check, not a pass."""
+    from unittest import mock
+    for expected in (mock.ANY, [mock.ANY], {"a": mock.ANY}, object()):
+        with pytest.raises(TypeError, match="the check's own plain value"):
+            assert_equal(mock.ANY, expected)
+
+
+def _bare_equalities(source: str) -> list[str]:
+    """The asserts in `source` whose outcome an `==` or `!=` decides, reached through `and`, `or`
+    and `not`, with neither side a `len()` (always a real int)."""
+    def is_len(node):
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len"
+
+    def deciding(node):
+        if isinstance(node, ast.BoolOp):
+            return [part for value in node.values for part in deciding(value)]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return deciding(node.operand)
+        return [node]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assert):
+            for part in deciding(node.test):
+                if (isinstance(part, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in part.ops)
+                        and not any(is_len(side) for side in (part.left, *part.comparators))):
+                    found.append(ast.get_source_segment(source, node).splitlines()[0])
+    return found
+
+
+def test_no_check_lets_an_answer_decide_its_own_comparison():
+    """A bare `assert got == want` asks the answer's class whether it is right: unittest.mock.ANY
+    says yes to everything. Graded cells compare through assert_equal or assert_close, which read
+    the type first (each mutant in tests/equals_everything.py shows it for the first comparison
+    of each answer; this shows it for every later one, visible or hidden)."""
+    found = []
+    for path in sorted((Path(__file__).resolve().parent.parent / "solutions").glob("*/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                found += [f"{path.stem} {meta['grade_id']}: {line}" for line in _bare_equalities(cell.source)]
+    assert not found, "asserts decided by a bare == or != (use assert_equal):\n" + "\n".join(found)
+    assert _bare_equalities("assert x == 1\nassert ok and not y != 2\nassert len(a) == 3")
 
 
 def test_close_accepts_nested_and_scalar_tensors():

@@ -28,6 +28,37 @@ def assert_ranks_close(got: list, expected: list, name: str = "result",
         _compare(g, e, f"rank {rank}: {name}", rtol, atol)
 
 
+def assert_equal(got, expected, message: str = "") -> None:
+    """`assert got == expected, message`, with the answer's type read first: a value whose class
+    decides how it compares (unittest.mock.ANY equals everything) is refused instead of believed.
+
+    `expected` is the check's own value, made of numbers, strings, None, tensors, dtypes and
+    lists, tuples, dicts and sets of them; numbers compare exactly, an int with an equal float.
+    Checks compare an answer through this (or assert_close), never with a bare `==`."""
+    _plain(expected)
+    try:
+        _compare(got, expected, "result", rtol=0.0, atol=0.0)
+    except AssertionError as wrong:
+        raise AssertionError(message or str(wrong)) from None
+
+
+_PLAIN = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.Tensor)
+
+
+def _plain(expected) -> None:
+    """Refuses an expected value that could decide a comparison itself (a check that passed an
+    answer's value as `expected` by mistake)."""
+    if isinstance(expected, (list, tuple, set, frozenset)):
+        for item in expected:
+            _plain(item)
+    elif isinstance(expected, dict):
+        for key, value in expected.items():
+            _plain(key), _plain(value)
+    elif not issubclass(type(expected), _PLAIN):
+        raise TypeError(f"assert_equal: the expected value must be the check's own plain value, got "
+                        f"{type(expected).__name__}")
+
+
 def _same_layout(got, expected: torch.Tensor, where: str) -> None:
     """A tensor of the expected shape and dtype, or an AssertionError that says which differs."""
     if not issubclass(type(got), torch.Tensor):
@@ -70,6 +101,10 @@ def _compare(got, expected, where: str, rtol: float, atol: float) -> None:
             got = got.item()
         if not issubclass(type(got), (int, float)) or not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
             raise AssertionError(f"{where}: expected {expected:.6g}, got {_preview(got)}")
+    elif isinstance(expected, (set, frozenset)):
+        kinds = {type(e) for e in expected}
+        if type(got) is not type(expected) or not all(type(g) in kinds for g in got) or got != expected:
+            raise AssertionError(f"{where}: expected {expected!r}, got {got!r}")
     elif type(got) is not type(expected) or got != expected:
         raise AssertionError(f"{where}: expected {expected!r}, got {got!r}")
 

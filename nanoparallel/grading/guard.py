@@ -159,10 +159,14 @@ def _hook_findings(ip, prov: Provenance) -> list[str]:
 
 
 # Methods through which a value can answer a check instead of being checked: comparisons, truth,
-# conversions to numbers, isinstance hooks, torch's overrides, a faked __class__.
+# conversions to numbers, isinstance hooks, torch's overrides, a faked __class__, membership, and
+# arithmetic (a check's `abs(got - want) < tol` is decided by the answer's __sub__ and __abs__).
 _LYING = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__float__", "__int__",
           "__index__", "__complex__", "__instancecheck__", "__subclasscheck__", "__torch_function__",
-          "__torch_dispatch__", "__class__", "__array__", "__round__", "__abs__")
+          "__torch_dispatch__", "__class__", "__array__", "__round__", "__abs__", "__contains__",
+          "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+          "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__",
+          "__matmul__", "__rmatmul__")
 
 
 def _lying_classes(prov: Provenance, originals: Originals, loaded) -> list[str]:
@@ -170,11 +174,18 @@ def _lying_classes(prov: Provenance, originals: Originals, loaded) -> list[str]:
     wrote, or that a library already `loaded` when the kernel started made while the notebook
     ran: a test double (each unittest.mock.MagicMock gets a class of its own, whose __eq__ can
     say True to anything and which passes isinstance with spec=int). A library imported since
-    defines its classes as it is imported, and those are not counted."""
+    defines its classes as it is imported, and those are not counted. Any test double made while
+    the notebook ran is counted, lying or not: a plain Mock(spec=torch.Tensor) passes isinstance
+    and is truthy, and no exercise needs one."""
+    mock = sys.modules.get("unittest.mock")
     found = []
     for cls in all_classes():
         namespace = cls.__dict__
         made_while_running = not originals.existed(cls) and cls.__module__ in loaded
+        if made_while_running and mock is not None and issubclass(cls, mock.NonCallableMock):
+            found.append(f"{cls.__module__}.{cls.__qualname__}, a test double made while the notebook ran, "
+                         "could stand in for a value a check reads")
+            continue
         for name in _LYING:
             value = namespace.get(name)
             if value is None or _generated_eq(cls, name, value):

@@ -1,6 +1,8 @@
 """Plausible wrong answers for 00_welcome. Each mutant replaces whole solution cells
 (keyed by grade_id); the graded cell ``<grade_id>_tests`` must then lose points."""
 
+import equals_everything
+
 MUTANTS = {
     "days_no_latency_deadlock": {
         "training_time": '''
@@ -77,3 +79,6 @@ def pass_right(tensor):
 ''',
     },
 }
+
+# Each answer function returning values that equal everything (tests/equals_everything.py).
+MUTANTS.update(equals_everything.mutants("00_welcome"))

@@ -7,6 +7,8 @@ bucket, stepping before the wait, all-reducing a bucket before backward has fini
 and buckets in forward order (every launch from backward's last hook: no overlap).
 """
 
+import equals_everything
+
 # The correct BucketedDDP, split so that mutants can swap one method.
 _BUCKETS_INIT = '''
 class BucketedDDP:
@@ -268,3 +270,6 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
             ddp='busiest_rank_bytes("all_reduce", n_params * bytes_per_elem, world_size)', server="(world_size - 1) * n"),
     },
 }
+
+# Each answer function returning values that equal everything (tests/equals_everything.py).
+MUTANTS.update(equals_everything.mutants("02_data_parallel"))

@@ -1,6 +1,8 @@
 """Plausible wrong answers for 03_zero. Each mutant replaces whole solution cells (keyed by
 grade_id); the graded cell ``<grade_id>_tests`` of every replaced cell must then lose points."""
 
+import equals_everything
+
 MUTANTS = {
     # Each answer computes the right numbers somewhere, but is not ZeRO.
     "full_update_keep_grads_never_free_no_prefetch": {
@@ -289,3 +291,6 @@ class Zero2Adam:
 ''',
     },
 }
+
+# Each answer function returning values that equal everything (tests/equals_everything.py).
+MUTANTS.update(equals_everything.mutants("03_zero"))

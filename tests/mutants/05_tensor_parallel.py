@@ -26,6 +26,8 @@ concatenated along the batch instead of the sequence; the parameters outside the
 (embeddings, ln_f, lm_head), which already saw the whole sequence, summed over the ranks too.
 """
 
+import equals_everything
+
 MUTANTS = {
     'swaps': {
         'f_g': '''
@@ -1167,3 +1169,6 @@ def sync_sequence_parallel_grads(model):
 ''',
     },
 })
+
+# Each answer function returning values that equal everything (tests/equals_everything.py).
+MUTANTS.update(equals_everything.mutants("05_tensor_parallel", returns_nothing=("sync_sequence_parallel_grads",)))

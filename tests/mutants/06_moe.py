@@ -14,6 +14,7 @@ sent over the network anyway; a rank that skips its idle experts (its backward a
 never happens: a deadlock the check must turn into lost points); the counts exchanged as int32
 where the spec says int64 (the values still come out right).
 """
+import equals_everything
 from mutation_run import solution_with
 
 
@@ -550,3 +551,6 @@ EQUIVALENTS = {
             "    y = x + torch.zeros_like(x).index_add(0, tokens, weights[tokens, slots, None] * back)"),
     },
 }
+
+# Each answer function returning values that equal everything (tests/equals_everything.py).
+MUTANTS.update(equals_everything.mutants("06_moe"))

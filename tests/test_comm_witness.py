@@ -11,7 +11,7 @@ import torch.distributed as dist
 from nanoparallel import Cluster, RankError
 from nanoparallel.grading import rank_guard
 from nanoparallel.runtime.cluster import environment
-from nanoparallel.grading.comm_witness import origin, point_to_point_ops
+from nanoparallel.grading.comm_witness import FLIGHT_RECORDER_ENTRIES, origin, point_to_point_ops
 
 TORCH = os.path.dirname(torch.__file__) + os.sep
 ENGINE = os.path.dirname(os.path.abspath(rank_guard.__file__)) + os.sep
@@ -174,10 +174,27 @@ def test_guarded_ranks_stop_on_channels_that_are_not_torch_distributed():
             assert list(cluster.run(traced_everything)) == [16.0] * 4
 
 
+def untraced_then_raised():
+    """A run that raises is looked at too (its point-to-point counts are not compared)."""
+    wrapped_original()
+    raise ValueError("the run fails on purpose")
+
+
+def flushed_out_of_sight():
+    """An untraced collective, then enough traced ones to push it out of the flight recorder."""
+    wrapped_original()
+    for _ in range(FLIGHT_RECORDER_ENTRIES):
+        dist.all_reduce(torch.ones(1))
+    return 0
+
+
 def test_guarded_ranks_stop_on_communication_the_trace_missed():
     with environment({rank_guard.ENV: "1"}), Cluster(world_size=4, timeout=30) as cluster:
         assert list(cluster.run(traced_everything)) == [16.0] * 4
-        for untraced in (wrapped_original, process_group_messages, raw_functional_operator):
+        with pytest.raises(RankError, match=f"more than the {FLIGHT_RECORDER_ENTRIES} the grader keeps track of"):
+            cluster.run(flushed_out_of_sight)
+        assert list(cluster.run(traced_everything)) == [16.0] * 4
+        for untraced in (wrapped_original, process_group_messages, raw_functional_operator, untraced_then_raised):
             with pytest.raises(RankError, match="stopped by the grader's guard"):
                 cluster.run(untraced)
             assert list(cluster.run(traced_everything)) == [16.0] * 4  # and the ranks are healthy again

@@ -91,13 +91,9 @@ def test_a_test_double_made_while_the_notebook_runs_is_a_lying_class():
     double.__eq__.return_value = True
     assert double == 1000 and isinstance(double, int)  # what it would do to a check
     found = _lying_classes(Provenance(), originals, loaded)
-    assert any("unittest.mock.MagicMock, a test double made while the notebook ran" in f for f in found), found
+    assert any("unittest.mock.MagicMock, a class made while the notebook ran" in f for f in found), found
+    # A double a library made and dropped (04 calls torch's schedule visualizer, which does) is
+    # garbage in a reference cycle until a collection: not a finding.
     del double
-    gc.collect()
-    assert not _lying_classes(Provenance(), originals, loaded)
-    # A plain Mock lies about nothing it defines, and still passes isinstance and is truthy.
-    tensor = unittest.mock.Mock(spec=torch.Tensor)
-    assert isinstance(tensor, torch.Tensor) and tensor
-    found = _lying_classes(Provenance(), originals, loaded)
-    assert any("unittest.mock.Mock, a test double made while the notebook ran" in f for f in found), found
+    assert not any("made while the notebook ran" in f for f in _lying_classes(Provenance(), originals, loaded))
     assert not any("made while the notebook ran" in f for f in _lying_classes(Provenance(), originals, set()))

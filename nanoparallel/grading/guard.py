@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import __future__
 import builtins
+import gc
 import hashlib
 import importlib
 import hmac
@@ -174,18 +175,23 @@ def _lying_classes(prov: Provenance, originals: Originals, loaded) -> list[str]:
     wrote, or that a library already `loaded` when the kernel started made while the notebook
     ran: a test double (each unittest.mock.MagicMock gets a class of its own, whose __eq__ can
     say True to anything and which passes isinstance with spec=int). A library imported since
-    defines its classes as it is imported, and those are not counted. Any test double made while
-    the notebook ran is counted, lying or not: a plain Mock(spec=torch.Tensor) passes isinstance
-    and is truthy, and no exercise needs one."""
-    mock = sys.modules.get("unittest.mock")
+    defines its classes as it is imported, and those are not counted. Libraries make doubles for
+    their own use too (torch.distributed.pipelining's schedule visualizer, which 04 calls, makes
+    MagicMocks and drops them): a class made while running counts only if it outlives a garbage
+    collection, so a found one is looked at again after one (a collection each time would cost
+    every graded cell for nothing)."""
+    found = _lying_classes_now(prov, originals, loaded)
+    if any("made while the notebook ran" in finding for finding in found):
+        gc.collect()
+        found = _lying_classes_now(prov, originals, loaded)
+    return found
+
+
+def _lying_classes_now(prov: Provenance, originals: Originals, loaded) -> list[str]:
     found = []
     for cls in all_classes():
         namespace = cls.__dict__
         made_while_running = not originals.existed(cls) and cls.__module__ in loaded
-        if made_while_running and mock is not None and issubclass(cls, mock.NonCallableMock):
-            found.append(f"{cls.__module__}.{cls.__qualname__}, a test double made while the notebook ran, "
-                         "could stand in for a value a check reads")
-            continue
         for name in _LYING:
             value = namespace.get(name)
             if value is None or _generated_eq(cls, name, value):

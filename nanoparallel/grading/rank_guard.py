@@ -112,8 +112,9 @@ def install():
     witness = CommWitness()
 
     def check(traced_calls=None) -> None:
-        """After a run: nothing replaced, and (for a run that returned) nothing communicated that
-        the trace did not record; `traced_calls` is (op, group size) of each traced call."""
+        """After a run: nothing replaced, and nothing communicated that the trace did not record;
+        `traced_calls` is (op, group size) of each traced call (None for a run that raised, whose
+        point-to-point counts are not compared: it may have stopped between a send and its wait)."""
         for namespace, key, value in watched:
             now = namespace.get(key, _missing)
             if now is not value:
@@ -121,10 +122,9 @@ def install():
                 stop(f"{where}.{key} was replaced or removed")
         if not import_rule_intact():
             stop("notebook code moved or changed the guard's import rule (sys.meta_path)")
-        if traced_calls is not None:
-            why = witness.untraced(traced_calls)
-            if why:
-                stop(why)
+        why = witness.untraced(traced_calls)
+        if why:
+            stop(why)
 
     check.begin = witness.begin
     return check

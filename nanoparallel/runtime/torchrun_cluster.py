@@ -56,6 +56,7 @@ from nanoparallel.runtime.worker import _error_info, die_with_parent_process
 
 WORKS_HERE = "run, resize (to the same size), world_size, rank, is_main, timeout and close"
 LOCAL_SETTINGS = ("backend", "stall_timeout", "start_timeout", "start_method", "log_path")
+REPORT_GRACE = 2.0  # seconds a rank past its deadline waits, once it has reported, before it exits
 
 
 class TorchrunCluster:
@@ -195,6 +196,9 @@ class TorchrunCluster:
             waiting = f"it raised {self._raised}, then waited for the other ranks ({waiting})"
         sys.stdout.flush()
         print(torchrun_deadline_message(self.rank, waiting, timeout), file=sys.stderr, flush=True)
+        # Every rank's deadline falls at about the same moment, and torchrun stops the others as
+        # soon as one exits: linger, so that each gets to say what it waits for.
+        time.sleep(REPORT_GRACE)
         os._exit(1)
 
     def _check_open(self) -> None:

@@ -58,14 +58,6 @@ def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
     answer.__eq__.return_value = True
     return answer
 ''' + KEEP_MASK}, "zero": ["capacity"], "full": ["flops", "gating", "balance"]},
-    # A plain test double: a Mock defines no comparison of its own, yet with spec= it passes
-    # isinstance (spec=int) and is truthy. unittest.mock makes its class while the notebook runs.
-    "plain_test_double": {"cells": {"capacity": '''
-import unittest.mock
-
-def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
-    return unittest.mock.Mock(spec=int)
-''' + KEEP_MASK}, "zero": ["capacity"], "full": ["flops", "gating", "balance"]},
     # The engine's functions replaced by another library's objects beside right answers.
     "library_objects": library_objects.case("06_moe"),
 }

@@ -53,7 +53,8 @@ def _plain(expected) -> None:
             _plain(item)
     elif isinstance(expected, dict):
         for key, value in expected.items():
-            _plain(key), _plain(value)
+            _plain(key)
+            _plain(value)
     elif not issubclass(type(expected), _PLAIN):
         raise TypeError(f"assert_equal: the expected value must be the check's own plain value, got "
                         f"{type(expected).__name__}")

@@ -180,15 +180,16 @@ def _lying_classes(prov: Provenance, originals: Originals, loaded) -> list[str]:
     MagicMocks and drops them): a class made while running counts only if it outlives a garbage
     collection, so a found one is looked at again after one (a collection each time would cost
     every graded cell for nothing)."""
-    found = _lying_classes_now(prov, originals, loaded)
-    if any("made while the notebook ran" in finding for finding in found):
+    written, made = _lying_classes_now(prov, originals, loaded)
+    if made:
         gc.collect()
-        found = _lying_classes_now(prov, originals, loaded)
-    return found
+        written, made = _lying_classes_now(prov, originals, loaded)
+    return written + made
 
 
-def _lying_classes_now(prov: Provenance, originals: Originals, loaded) -> list[str]:
-    found = []
+def _lying_classes_now(prov: Provenance, originals: Originals, loaded) -> tuple[list[str], list[str]]:
+    """(what the notebook's classes define, what classes made while it ran define)."""
+    written, made = [], []
     for cls in all_classes():
         namespace = cls.__dict__
         made_while_running = not originals.existed(cls) and cls.__module__ in loaded
@@ -197,14 +198,14 @@ def _lying_classes_now(prov: Provenance, originals: Originals, loaded) -> list[s
             if value is None or _generated_eq(cls, name, value):
                 continue
             if prov.is_notebook(value):
-                found.append(f"the notebook's class {cls.__qualname__} defines {name}: its values could "
-                             "answer a check instead of being checked")
+                written.append(f"the notebook's class {cls.__qualname__} defines {name}: its values could "
+                               "answer a check instead of being checked")
             elif made_while_running:
-                found.append(f"{cls.__module__}.{cls.__qualname__}, a class made while the notebook ran, "
-                             f"defines {name}: its values (a test double) could answer a check instead of "
-                             "being checked")
+                made.append(f"{cls.__module__}.{cls.__qualname__}, a class made while the notebook ran, "
+                            f"defines {name}: its values (a test double) could answer a check instead of "
+                            "being checked")
                 break
-    return found
+    return written, made
 
 
 def _generated_eq(cls, name: str, fn) -> bool:

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 
 import nbformat
 
 from background import ROOT
+
+sys.path.insert(0, str(ROOT / "autograder"))
+from guarded_execute import kinds_of  # noqa: E402  (which cell is which, as the grader decides)
 
 HELPERS = '''
 import functools as _functools
@@ -76,23 +80,20 @@ def _leaf(value):
 }
 
 
-def _graded(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return bool(meta.get("grade")) and not meta.get("solution")
-
-
 def mutants(assignment: str, leaf: str = "answers_equal_anything", returns_nothing: tuple = ()) -> dict:
     """{"<function> equal anything": {grade_id: source}}: one mutant per function that an answer
     cell defines and a graded cell calls, its answer cell changed so that the function returns
     values that equal everything (with `leaf="answers_wrong"`, wrong values: the control).
     `returns_nothing` names functions whose result holds no value to replace (they return None)."""
     nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    called = set(re.findall(r"\b\w+\b", " ".join(c.source for c in nb.cells if _graded(c))))
+    kinds = kinds_of(nb)
+    kind = lambda cell: kinds.get(cell.metadata.get("nbgrader", {}).get("grade_id"))  # noqa: E731
+    called = set(re.findall(r"\b\w+\b", " ".join(c.source for c in nb.cells if kind(c) == "graded")))
     found = {}
     for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("solution"):
+        if kind(cell) != "solution":
             continue
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
         for node in ast.parse(cell.source).body:
             if isinstance(node, ast.FunctionDef) and node.name in called and node.name not in returns_nothing:
                 found[f"{node.name} {leaf.removeprefix('answers_').replace('_', ' ')}"] = {

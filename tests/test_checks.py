@@ -1,5 +1,6 @@
 """The graded-cell assertions: they pass on right answers and say what is wrong otherwise."""
 import ast
+import sys
 from pathlib import Path
 
 import nbformat
@@ -9,6 +10,10 @@ import torch
 from nanoparallel.grading.checks import (assert_all_waited, assert_bytes_sent, assert_close, assert_equal,
                                          assert_ops_used, assert_ops_within, assert_peers, assert_ranks_close)
 from nanoparallel.runtime.trace import Trace, TraceEvent
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "autograder"))
+from guarded_execute import kinds_of  # noqa: E402  (which cell is which, as the grader decides)
 
 
 def event(rank, op, peer=None, sent=0, recv=0, end=1.0):
@@ -107,11 +112,13 @@ def test_no_check_lets_an_answer_decide_its_own_comparison():
     the type first (each mutant in tests/equals_everything.py shows it for the first comparison
     of each answer; this shows it for every later one, visible or hidden)."""
     found = []
-    for path in sorted((Path(__file__).resolve().parent.parent / "solutions").glob("*/*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
-                found += [f"{path.stem} {meta['grade_id']}: {line}" for line in _bare_equalities(cell.source)]
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        kinds = kinds_of(nb)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if kinds.get(grade_id) == "graded":
+                found += [f"{path.stem} {grade_id}: {line}" for line in _bare_equalities(cell.source)]
     assert not found, "asserts decided by a bare == or != (use assert_equal):\n" + "\n".join(found)
     assert _bare_equalities("assert x == 1\nassert ok and not y != 2\nassert len(a) == 3")
 

@@ -168,6 +168,7 @@ _LYING = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__"
           "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
           "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__",
           "__matmul__", "__rmatmul__")
+_LYING_NAMES = frozenset(_LYING)
 
 
 def _lying_classes(prov: Provenance, originals: Originals, loaded) -> list[str]:
@@ -192,10 +193,13 @@ def _lying_classes_now(prov: Provenance, originals: Originals, loaded) -> tuple[
     written, made = [], []
     for cls in all_classes():
         namespace = cls.__dict__
+        defined = _LYING_NAMES.intersection(namespace)  # one pass in C: most classes define none
+        if not defined:
+            continue
         made_while_running = not originals.existed(cls) and cls.__module__ in loaded
-        for name in _LYING:
-            value = namespace.get(name)
-            if value is None or _generated_eq(cls, name, value):
+        for name in (n for n in _LYING if n in defined):
+            value = namespace[name]
+            if _unchanged_code(originals, cls, name, value) or _generated_eq(cls, name, value):
                 continue
             if prov.is_notebook(value):
                 written.append(f"the notebook's class {cls.__qualname__} defines {name}: its values could "
@@ -206,6 +210,24 @@ def _lying_classes_now(prov: Provenance, originals: Originals, loaded) -> tuple[
                             "being checked")
                 break
     return written, made
+
+
+# Kinds of value that cannot come to run notebook code while they keep their identity: a
+# function's code, defaults and globals change only through a setattr the hook hears
+# (object.__setattr__), and C functions and descriptors cannot change at all. Other kinds (a
+# partial, whose __setstate__ swaps its function in place; a callable instance, whose class can
+# gain notebook methods) are judged every time.
+_FIXED_KINDS = (types.FunctionType, types.BuiltinFunctionType, types.WrapperDescriptorType,
+                types.MethodDescriptorType, types.ClassMethodDescriptorType, types.GetSetDescriptorType,
+                types.MemberDescriptorType, types.MethodWrapperType)
+
+
+def _unchanged_code(originals: Originals, cls: type, name: str, value) -> bool:
+    """Whether `value` is what `cls` held for `name` before any cell ran, and of a kind that
+    cannot have changed since: then no notebook code wrote it, and judging it again (its provenance,
+    a probe dataclass for an @dataclass __eq__) only costs time. That time was
+    most of a graded cell's check: some 8,500 classes with torch loaded, twice per graded cell."""
+    return type(value) in _FIXED_KINDS and originals.held(cls, name) is value
 
 
 def _generated_eq(cls, name: str, fn) -> bool:
@@ -352,7 +374,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         found.append(change)
                     queue.append((f"{obj.__name__}.{n}", namespace[n]))
             elif isinstance(obj, type):
-                for n in wanted:
+                # Only names the class has, or had, anywhere along its MRO can differ or be
+                # followed: asking about every name the walk has read costs classes times names.
+                for n in wanted & originals.names_along(obj):
                     change = originals.class_change(obj, n)
                     if change:
                         found.append(change)
@@ -378,6 +402,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         # is looked at again for the names found after it (otherwise what is checked would
         # depend on the order of the walk, which follows string hashing).
         containers, looked = [], set(attrs)
+        engine_files: dict = {}
         while True:
             while queue:
                 label, obj = queue.pop()
@@ -389,7 +414,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     continue
                 t = type(obj)
                 if t is types.FunctionType:
-                    if _expand(obj):
+                    if _expand(obj, engine_files):
                         fcode = obj.__code__
                         for c in nested_codes(fcode):
                             attrs.update(c.co_names)
@@ -424,10 +449,19 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 look(obj, label, fresh)
         return list(dict.fromkeys(found))
 
-    def _expand(fn) -> bool:
+    def _expand(fn, engine_files: dict) -> bool:
         # Follow the engine's code and the course's cells; other libraries are checked where a
-        # name reaches them, not walked through.
-        return fn.__globals__ is user_ns or is_engine_file(fn.__code__.co_filename)
+        # name reaches them, not walked through. `engine_files` remembers, for one walk, what
+        # each file name was (a path lookup each time was a tenth of the walk); only plain
+        # strings, whose hashing and equality no notebook class can decide.
+        if fn.__globals__ is user_ns:
+            return True
+        filename = fn.__code__.co_filename
+        if type(filename) is not str:
+            return is_engine_file(filename)
+        if filename not in engine_files:
+            engine_files[filename] = is_engine_file(filename)
+        return engine_files[filename]
 
     def on_marker(event: str, nonce) -> None:
         cell = cells.get(nonce) if type(nonce) is str else None

@@ -62,6 +62,23 @@ class Originals:
         """Whether `cls` was there before any notebook code ran."""
         return id(cls) in self._classes
 
+    def held(self, cls: type, name: str):
+        """What `cls`'s own dictionary held for `name` before any notebook code ran (None if
+        nothing, or if `cls` came later)."""
+        known = self._classes.get(id(cls))
+        return None if known is None else known[1].get(name)
+
+    def names_along(self, cls: type) -> set:
+        """Every name that `cls` or a class along its MRO defines now, or defined before any
+        notebook code ran: for any other name, `class_change` finds nothing."""
+        names: set = set()
+        for klass in cls.__mro__:
+            names.update(klass.__dict__)
+            known = self._classes.get(id(klass))
+            if known is not None:
+                names.update(known[1])
+        return names
+
     def module_change(self, namespace: dict, name: str) -> str | None:
         """In words, how a module's name (`namespace` is the module's __dict__, or a function's
         __globals__) differs from before any notebook code ran, or None."""

@@ -195,7 +195,8 @@ def wrap_locked(source: str, nonce: str) -> str:
     return "\n".join([begin, *lines])
 
 
-def _kind(cell) -> str | None:
+def cell_kind(cell) -> str | None:
+    """A code cell's kind by its nbgrader metadata: "solution", "graded", "locked", or None."""
     meta = cell.metadata.get("nbgrader", {})
     if cell.cell_type != "code":
         return None
@@ -212,8 +213,8 @@ def kinds_of(source_nb) -> dict:
     """grade_id -> "solution", "graded" or "locked", from the instructor's notebook: the
     submission's own metadata says what the student wants it to say (nbgrader restores a locked
     cell's source, not every flag, and keeps the flags of a cell it does not know)."""
-    return {cell.metadata["nbgrader"]["grade_id"]: _kind(cell) for cell in source_nb.cells
-            if _kind(cell) and cell.metadata.get("nbgrader", {}).get("grade_id")}
+    return {cell.metadata["nbgrader"]["grade_id"]: cell_kind(cell) for cell in source_nb.cells
+            if cell_kind(cell) and cell.metadata.get("nbgrader", {}).get("grade_id")}
 
 
 def plan_for(nb, key: bytes, records_fd: int, source_nb) -> tuple[dict, dict]:
@@ -228,7 +229,7 @@ def plan_for(nb, key: bytes, records_fd: int, source_nb) -> tuple[dict, dict]:
     cells, wrapped, trusted = {}, {}, set()
     defined_by_course, defined_by_submission = set(), set()
     for cell in source_nb.cells:
-        kind = _kind(cell)
+        kind = cell_kind(cell)
         if kind in (None, "locked") and cell.cell_type == "code":
             try:
                 trusted |= _digests(_transform(cell.source))

@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 
 import nbformat
 
 from background import ROOT
+
+sys.path.insert(0, str(ROOT / "autograder"))
+from guarded_execute import cell_kind  # noqa: E402  (which cell is which, as the grader decides)
 
 MARKER = "nanoparallel-hostile-submission"
 
@@ -125,14 +129,6 @@ runpy.run_module("ipykernel_launcher", run_name="__main__")
 '''
 
 
-def _kind(cell) -> str | None:
-    meta = cell.metadata.get("nbgrader", {})
-    if cell.cell_type != "code":
-        return None
-    return "solution" if meta.get("solution") else "graded" if meta.get("grade") else \
-        "locked" if meta.get("locked") else None
-
-
 def stub(source: str) -> str:
     """The same names as the solution cell, each a function that shouts and returns None (or None
     itself), then whatever solution can be found on disk."""
@@ -153,7 +149,7 @@ def stub(source: str) -> str:
 def _locked_statements(nb):
     """The top-level statements of the course's locked cells (those that parse)."""
     for cell in nb.cells:
-        if _kind(cell) != "locked":
+        if cell_kind(cell) != "locked":
             continue
         try:
             yield from ast.parse(cell.source.replace("%matplotlib inline", "")).body
@@ -187,9 +183,9 @@ def submission(assignment: str, port: int) -> tuple:
     nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))
     rebound = course_callables(nb)
-    setup = next(i for i, c in enumerate(nb.cells) if _kind(c) == "locked")
+    setup = next(i for i, c in enumerate(nb.cells) if cell_kind(c) == "locked")
     for cell in nb.cells:
-        if _kind(cell) == "solution":
+        if cell_kind(cell) == "solution":
             cell.source = stub(cell.source)
     patched = [f"setattr(__import__('sys').modules[{module!r}], {name!r}, lambda *args, **kwargs: None)"
                for module, name in engine_sources(nb, rebound)]

@@ -37,6 +37,8 @@ import importlib
 import hmac
 import json
 import linecache
+import multiprocessing.connection
+import multiprocessing.reduction
 import os
 import signal
 import sys
@@ -512,6 +514,11 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         try:
             _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
         except BaseException as exc:
+            # What was seen while the cell ran is reported now: no later cell may come to carry it
+            # (the last graded cell has none after it).
+            for reason in pending:
+                record({"kind": "finding", "reason": f"in {cell['grade_id']}: {reason}"})
+            pending.clear()
             # The checks run as a function's body (guarded_execute.wrap_graded): what their visible
             # part bound before they failed reaches the notebook, as it would from a cell.
             tb = exc.__traceback__
@@ -525,6 +532,48 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             raise
 
     ran: set = set()
+    # The sockets (device, inode) of the channels the engine opened to its ranks: a rank's reply
+    # counts only if it came through one of them, read by multiprocessing as the kernel started.
+    # Otherwise a notebook could hand a cluster another channel (a Pipe() whose other end already
+    # holds replies) and the checks would read values and traces that no rank produced.
+    channels: set = set()
+    _fstat = os.fstat
+
+    def channel_of(conn):
+        if type(conn) is not _Connection:
+            return None
+        try:
+            own = object.__getattribute__(conn, "__dict__")
+        except AttributeError:
+            return None
+        # Only what Connection.__init__ sets: an instance attribute would hide recv() and friends.
+        if type(own) is not dict or own.keys() - _CONNECTION_FIELDS or type(own.get("_handle")) is not int:
+            return None
+        for cls in (_Connection, _ForkingPickler):
+            if any(originals.class_change(cls, n) for n in originals.names_along(cls)):
+                return None
+        namespace = vars(_connection_module)
+        if any(originals.module_change(namespace, n) for n in list(namespace)):
+            return None
+        try:
+            st = _fstat(own["_handle"])
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def on_rank_channel(event: str, conn, caller) -> None:
+        if event == "nanoparallel.rank_channel":
+            # Heard only from the engine's own code that opens the channels (Cluster._spawn in
+            # runtime/cluster.py), not from code a notebook compiled to look like it.
+            code = caller.f_code
+            if code.co_qualname == "Cluster._spawn" and is_engine_file(code.co_filename) and \
+                    code.co_filename.endswith(_SPAWN_FILE) and not frame_is_notebook(caller, notebook_code):
+                socket = channel_of(conn)
+                if socket is not None:
+                    channels.add(socket)
+        elif channel_of(conn) not in channels:
+            pending.append("a rank's reply reached the engine through a channel the engine did not open, "
+                           "or one the kernel changed: its values and trace are not the rank's")
 
     def hook(event: str, args) -> None:
         __tracebackhide__ = True  # noqa: F841
@@ -545,6 +594,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         state["busy"] = True
         try:
             if event == "nanoparallel.guard_installing":
+                return
+            if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
+                on_rank_channel(event, args[0] if args else None, _caller())
                 return
             if event.startswith("nanoparallel."):
                 if event == "nanoparallel.rank_tamper":
@@ -605,6 +657,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 
 
 _MISSING = object()
+# How the engine talks to its ranks (cluster.py): what a reply must come through to count.
+_connection_module = multiprocessing.connection
+_Connection = multiprocessing.connection.Connection
+_ForkingPickler = multiprocessing.reduction.ForkingPickler
+_CONNECTION_FIELDS = frozenset({"_handle", "_readable", "_writable"})
+_SPAWN_FILE = os.path.join("nanoparallel", "runtime", "cluster.py")
 _FUTURE_FLAGS = sum(getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)
 # Builtins that IPython and ipykernel set per cell or per request.
 _SWAPPED = frozenset({"input", "raw_input", "exit", "quit", "get_ipython", "display", "_", "__", "___"})

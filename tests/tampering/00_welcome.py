@@ -235,4 +235,17 @@ from nanoparallel.runtime.trace import Trace
 torch.Tensor.double = unittest.mock.MagicMock(return_value=torch.zeros(()))
 Trace.bytes_sent = unittest.mock.MagicMock(return_value=unittest.mock.ANY)
 ''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # The engine's channels to its ranks swapped for pipes that already hold replies: cluster.run
+    # then returns values (and a trace) that no rank produced. The types are the library's own
+    # (a real Connection), so only where the channel comes from can tell.
+    "forged_rank_replies": {"cells": {"pass_right": '''
+import multiprocessing, cloudpickle
+_other_ends = []
+for _worker in cluster._workers:
+    _mine, _theirs = multiprocessing.Pipe()
+    for _ in range(4):
+        _theirs.send(("ok", cloudpickle.dumps(torch.tensor([0.0])), [], ""))
+    _other_ends.append(_theirs)
+    _worker.conn = _mine
+''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

@@ -289,6 +289,11 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         record({"kind": "probe", "reason": reason, "after": state["last_cell"]})
         state["key"] = None
 
+    def report_pending(prefix: str = "") -> None:
+        for reason in pending:
+            record({"kind": "finding", "reason": prefix + reason})
+        pending.clear()
+
     missing = _MISSING
 
     # Like the probes, a registration destroys the key: the operator stays changed for every
@@ -482,9 +487,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 state["graded"] = nonce
                 # What happened outside a graded cell is gone by now (a stopped rank restarts) or
                 # still visible to this cell's own checks: report it, charge it to no cell.
-                for reason in pending:
-                    record({"kind": "finding", "reason": reason})
-                pending.clear()
+                report_pending()
                 # Tampering that is already in place is reported even if the cell then fails.
                 for reason in findings_for(_getframe(2), nonce):
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
@@ -516,9 +519,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         except BaseException as exc:
             # What was seen while the cell ran is reported now: no later cell may come to carry it
             # (the last graded cell has none after it).
-            for reason in pending:
-                record({"kind": "finding", "reason": f"in {cell['grade_id']}: {reason}"})
-            pending.clear()
+            report_pending(f"in {cell['grade_id']}: ")
             # The checks run as a function's body (guarded_execute.wrap_graded): what their visible
             # part bound before they failed reaches the notebook, as it would from a cell.
             tb = exc.__traceback__

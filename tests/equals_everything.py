@@ -24,7 +24,7 @@ import nbformat
 from background import ROOT
 
 sys.path.insert(0, str(ROOT / "autograder"))
-from guarded_execute import kinds_of  # noqa: E402  (which cell is which, as the grader decides)
+from guarded_execute import cell_kind  # noqa: E402  (which cell is which, as the grader decides)
 
 HELPERS = '''
 import functools as _functools
@@ -86,12 +86,10 @@ def mutants(assignment: str, leaf: str = "answers_equal_anything", returns_nothi
     values that equal everything (with `leaf="answers_wrong"`, wrong values: the control).
     `returns_nothing` names functions whose result holds no value to replace (they return None)."""
     nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    kinds = kinds_of(nb)
-    kind = lambda cell: kinds.get(cell.metadata.get("nbgrader", {}).get("grade_id"))  # noqa: E731
-    called = set(re.findall(r"\b\w+\b", " ".join(c.source for c in nb.cells if kind(c) == "graded")))
+    called = set(re.findall(r"\b\w+\b", " ".join(c.source for c in nb.cells if cell_kind(c) == "graded")))
     found = {}
     for cell in nb.cells:
-        if kind(cell) != "solution":
+        if cell_kind(cell) != "solution":
             continue
         grade_id = cell.metadata["nbgrader"]["grade_id"]
         for node in ast.parse(cell.source).body:

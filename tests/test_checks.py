@@ -13,7 +13,7 @@ from nanoparallel.runtime.trace import Trace, TraceEvent
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "autograder"))
-from guarded_execute import kinds_of  # noqa: E402  (which cell is which, as the grader decides)
+from guarded_execute import cell_kind  # noqa: E402  (which cell is which, as the grader decides)
 
 
 def event(rank, op, peer=None, sent=0, recv=0, end=1.0):
@@ -113,12 +113,10 @@ def test_no_check_lets_an_answer_decide_its_own_comparison():
     of each answer; this shows it for every later one, visible or hidden)."""
     found = []
     for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
-        kinds = kinds_of(nb)
-        for cell in nb.cells:
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if kinds.get(grade_id) == "graded":
-                found += [f"{path.stem} {grade_id}: {line}" for line in _bare_equalities(cell.source)]
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell_kind(cell) == "graded":
+                found += [f"{path.stem} {cell.metadata['nbgrader']['grade_id']}: {line}"
+                          for line in _bare_equalities(cell.source)]
     assert not found, "asserts decided by a bare == or != (use assert_equal):\n" + "\n".join(found)
     assert _bare_equalities("assert x == 1\nassert ok and not y != 2\nassert len(a) == 3")
 

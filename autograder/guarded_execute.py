@@ -39,13 +39,13 @@ from queue import Empty
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
-from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbgrader import utils as nbgrader_utils
 from nbgrader.preprocessors import Execute, SaveAutoGrades
-from traitlets import Any, Bool, List
+from traitlets import Any, Bool, List, Type
 
+from kernel_sockets import AsyncIpcKernelManager
 from nanoparallel.runtime.cluster import environment
 from nanoparallel.grading.guard import ENV as GUARD_ENV, GRADED_FUNCTION
 from nanoparallel.grading.provenance import code_digest, nested_codes
@@ -397,27 +397,30 @@ class PollsInSlices:
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
 
-class SlicedNotebookClient(PollsInSlices, NotebookClient):
-    """nbclient, polling as the grader does, for what runs a notebook outside nbgrader (the
-    mutation runs, the cell benchmark): a lost wake-up would hold a cell for its whole timeout."""
-
-
-class SandboxedKernelManager(AsyncKernelManager):
+class SandboxedKernelManager(AsyncIpcKernelManager):
     """A kernel started inside `sandbox` (autograder/sandbox.py), reached over ipc sockets in the
-    sandbox's socket folder; without a sandbox, a plain kernel."""
+    sandbox's socket folder (TCP does not cross its network namespace); without a sandbox, a plain
+    kernel, over ipc sockets all the same (kernel_sockets.py)."""
 
     sandbox = Any(None)
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        if self.sandbox is not None:
-            self.transport = "ipc"
-            self.ip = os.path.join(self.sandbox.sockets, "kernel")
-            self.connection_file = os.path.join(self.sandbox.sockets, "kernel.json")
+    def __init__(self, sandbox=None, **kwargs):
+        if sandbox is not None:
+            kwargs["socket_folder"] = sandbox.sockets
+        super().__init__(sandbox=sandbox, **kwargs)
 
     def format_kernel_cmd(self, extra_arguments=None):
         argv = super().format_kernel_cmd(extra_arguments)
         return argv if self.sandbox is None else self.sandbox.command(argv, dict(os.environ))
+
+
+class SlicedNotebookClient(PollsInSlices, NotebookClient):
+    """nbclient, polling as the grader does, for what runs a notebook outside nbgrader (the
+    mutation runs, the cell benchmark): a lost wake-up would hold a cell for its whole timeout.
+    Its kernel is reached over ipc sockets, as the grader's are: these runs share the machine
+    with other notebooks' ranks."""
+
+    kernel_manager_class = Type(SandboxedKernelManager)
 
 
 class GuardedExecute(PollsInSlices, Execute):

@@ -57,7 +57,7 @@ STALL_SECONDS = "2"
 # notebook's mutation run shows (tests/mutation_run.py: the same execution, plus the mutants'
 # trials), so nbval over all eight would run each solution a fourth time for nothing new.
 NBVAL_NOTEBOOK = "solutions/00_welcome/00_welcome.ipynb"
-NBVAL = ["-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-current-env",
+NBVAL = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.nbval_over_ipc", "--nbval-lax", "--nbval-current-env",
          "--nbval-cell-timeout=120", NBVAL_NOTEBOOK]
 
 

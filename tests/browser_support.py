@@ -254,7 +254,10 @@ class Lab:
                f"--LabApp.user_settings_dir={settings}",
                f"--LabApp.workspaces_dir={self.workdir / 'workspaces'}",
                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--ServerApp.shutdown_no_activity_timeout=0"]
+               "--ServerApp.shutdown_no_activity_timeout=0",
+               # Kernels over ipc sockets in the runtime folder: a TCP port picked for a kernel
+               # can be taken by the background jobs' ranks first (autograder/kernel_sockets.py).
+               "--KernelManager.transport=ipc"]
         if os.getuid() == 0:
             cmd.append("--allow-root")
         with open(self.log, "wb") as log:

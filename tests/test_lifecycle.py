@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -111,8 +112,13 @@ def test_interrupt_during_a_hung_run_kills_the_stuck_workers():
 
 @pytest.mark.parametrize("how", ["shutdown", "restart"])
 def test_kernel_shutdown_or_restart_leaves_no_workers(how):
-    from jupyter_client.manager import start_new_kernel
-    km, kc = start_new_kernel(kernel_name="python3")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "autograder"))
+    from kernel_sockets import IpcKernelManager  # not TCP: the background jobs' ranks take ports
+    km = IpcKernelManager(kernel_name="python3")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
     try:
         outputs = []
         kc.execute_interactive("from nanoparallel import Cluster\ncluster = Cluster(world_size=2)\n"

@@ -42,15 +42,20 @@ import multiprocessing.reduction
 import os
 import signal
 import sys
+import threading
 import types
 
 from nanoparallel.grading import registrations
-from nanoparallel.grading.originals import Originals, all_classes, shadowed_method
+from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
                                      is_under_library_roots, nested_codes, notebook_on_stack)
 
 ENV = "NANOPARALLEL_GUARD"
-GRADED_FUNCTION = "_nanoparallel_graded_cell"  # what a graded cell's checks run as (guarded_execute.wrap_graded)
+GRADED_FUNCTION = "_nanoparallel_graded_cell"
+RESUME_EVENT = "nanoparallel.resume"
+# Thread classes that run whatever they were handed (threading's own; _DummyThread stands for a
+# thread started past threading, with _thread.start_new_thread).
+_ANY_TARGET = (threading.Thread, threading.Timer, threading._DummyThread)  # what the guard's profile function raises while a graded cell runs  # what a graded cell's checks run as (guarded_execute.wrap_graded)
 # Audit events through which code could reach objects it holds no reference to (the hook's key):
 # walking the garbage collector, other threads' frames, trace and profile functions, another hook.
 # The ranks' guard adds sys._getframe, since a rank's worker loop sits below notebook code.
@@ -130,8 +135,9 @@ def _shape(value, depth: int = 0):
     return None
 
 
-def _hook_findings(ip, prov: Provenance) -> list[str]:
-    """Notebook code installed where IPython or Python would run it instead of, or around, a cell."""
+def _hook_findings(ip, prov: Provenance, own_profile=None, while_running: bool = False) -> list[str]:
+    """Notebook code installed where IPython or Python would run it instead of, or around, a cell
+    (`while_running`: looked at in the middle of a graded cell, while the course's code runs)."""
     found = []
     manager = getattr(ip, "input_transformer_manager", None)
     places = {
@@ -153,11 +159,19 @@ def _hook_findings(ip, prov: Provenance) -> list[str]:
             found.append(f"notebook code was installed in {where}")
     if ip.custom_exceptions:
         found.append("a custom exception handler was set (set_custom_exc)")
-    if sys.gettrace() is not None or sys.getprofile() is not None:
+    profile = sys.getprofile()
+    if sys.gettrace() is not None or (profile is not None and profile is not own_profile):
         found.append("a trace or profile function is active")
     torch = sys.modules.get("torch")
     if torch is not None and (torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack()):
-        found.append("a torch function or dispatch mode is active")
+        if not while_running:
+            found.append("a torch function or dispatch mode is active")
+        else:  # the course's own code may hold a mode while it runs (04's split traces the model)
+            from torch.overrides import _get_current_function_mode_stack
+            from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+            modes = [*_get_current_function_mode_stack(), *_get_current_dispatch_mode_stack()]
+            if any(prov.is_notebook(mode) for mode in modes):
+                found.append("a torch function or dispatch mode that notebook code wrote is active")
     return found
 
 
@@ -267,10 +281,16 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                    if name.startswith("nanoparallel") and module is not None
                    for key, value in list(vars(module).items()) if _shape(value) is not None}
     modules_before = dict(sys.modules)
+    # The kernel's own threads, running before any cell. A thread started since could change
+    # what the checks use while they run, beside them, where no look in the cell's own thread
+    # falls (Python 3.11 gives no running thread a profile function); no exercise starts one.
+    threads_before = frozenset(sys._current_frames())
+    _threads, _frames = threading.enumerate, sys._current_frames
     # What happened that a graded cell's end cannot see any more (a transient change, a rank's
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
-    state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None}
+    state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None,
+             "resumed": False, "slots": [], "cells": []}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
@@ -305,11 +325,15 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # MagicMock or builtin included.
     originals = Originals()
 
-    def findings_for(frame, nonce: str) -> list[str]:
-        for namespace, key, value in own:
-            if namespace.get(key, missing) is not value:
-                destroy(f"notebook code replaced {key}, which the grader's guard relies on")
-                return [f"the grader's guard was patched ({key})"]
+    def findings_for(frame, nonce: str, slots: list | None = None) -> list[str]:
+        found = world_findings(frame, nonce, slots) + pending
+        pending.clear()
+        return found
+
+    def world_findings(frame, nonce: str, slots: list | None = None) -> list[str]:
+        patched = guard_findings()
+        if patched:
+            return patched
         found = []
         cell = cells[nonce]
         flags = frame.f_code.co_flags & _FUTURE_FLAGS
@@ -318,6 +342,21 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             found.append("the code that reached this cell's last line is not the cell as the course wrote it")
         if frame.f_globals is not user_ns or frame.f_builtins is not builtins.__dict__:
             found.append("the cell ran in a namespace other than the notebook's")
+        found += interpreter_findings()
+        found += _hook_findings(ip, prov, resume_watch)
+        found += _lying_classes(prov, originals, modules_before)
+        found += _walk(frame.f_code, frozenset(cell["binds"]), slots)
+        return found
+
+    def guard_findings() -> list[str]:
+        for namespace, key, value in own:
+            if namespace.get(key, missing) is not value:
+                destroy(f"notebook code replaced {key}, which the grader's guard relies on")
+                return [f"the grader's guard was patched ({key})"]
+        return []
+
+    def interpreter_findings() -> list[str]:
+        found = []
         for name, value in builtins_before.items():
             now = builtins.__dict__.get(name, _MISSING)
             # IPython swaps input(), exit() and friends around each cell: there only a
@@ -330,16 +369,88 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         for name, module in modules_before.items():
             if sys.modules.get(name) is not module and name != "__main__":
                 found.append(f"sys.modules[{name!r}] was replaced or removed")
-        found += _hook_findings(ip, prov)
-        found += _lying_classes(prov, originals, modules_before)
-        found += _walk(frame.f_code, frozenset(cell["binds"]))
-        found += pending
-        pending.clear()
+        if stray_thread():
+            found.append("a thread that notebook code could have started is running beside the checks")
         return found
+
+    def stray_thread() -> bool:
+        """A thread started since the kernel started that runs what anyone could have handed it:
+        a plain `threading.Thread` or `Timer` (whatever target), one started past `threading`,
+        one of a class the notebook wrote, or one with notebook code on its stack. A library's
+        own thread class running its own code is not (pyzmq starts one for large messages)."""
+        frames = _frames()
+        started = frames.keys() - threads_before
+        if not started:
+            return False
+        known = {t.ident: t for t in _threads()}
+        for ident in started:
+            thread = known.get(ident)
+            if thread is None or type(thread) in _ANY_TARGET or prov.is_notebook(type(thread)) or \
+                    notebook_on_stack(frames[ident], notebook_code):
+                return True
+        return False
+
+    def running_findings() -> list[str]:
+        """The look in the middle of a graded cell: what its start's walk read is still there
+        (`slots`: each namespace entry it read that was behaviour, each of the notebook's names,
+        each name it found missing), and the interpreter's hooks. The whole walk costs up to a
+        second on 04's cells, and a cell hands control back dozens of times."""
+        found = guard_findings() or interpreter_findings()
+        found += _hook_findings(ip, prov, resume_watch, while_running=True)
+        for mapping, key, value, label in state["slots"]:
+            now = mapping.get(key, missing)
+            if now is not value:
+                found.append(f"{label} was {'added' if value is missing else 'replaced'} while the course's code ran")
+                break
+        for cell, value, label in state["cells"]:
+            try:
+                now = cell.cell_contents
+            except ValueError:
+                now = missing
+            if now is not value:
+                found.append(f"{label} was replaced while the course's code ran")
+                break
+        return found
+
+    # While a graded cell runs, the witness also looks each time the course's code takes over
+    # again from notebook code: an answer the checks called returns, a __reduce__ that pickling
+    # ran returns, a callback returns. A change made there and undone before the cell's end
+    # (the checks' helpers swapped for stand-ins that put the originals back after their last
+    # call) would otherwise decide the checks unseen. The profile function is sys.audit bound
+    # to an event name (C, immutable): notebook code that reads it (sys.getprofile) reaches
+    # nothing of the guard, and one that removes it (sys.setprofile) is a probe.
+    resume_watch = types.MethodType(sys.audit, RESUME_EVENT)
+    _setprofile, _getprofile = sys.setprofile, sys.getprofile
+    code_kinds: dict = {}  # (id(code), in the notebook's namespace) -> (code, is notebook code)
+
+    def notebook_frame(frame) -> bool:
+        code, in_ns = frame.f_code, frame.f_globals is user_ns
+        known = code_kinds.get((id(code), in_ns))
+        if known is None or known[0] is not code:
+            known = code_kinds[(id(code), in_ns)] = (code, prov.code_is_notebook(code, frame.f_globals))
+        return known[1]
+
+    def on_resume(args) -> None:
+        nonce = state["graded"]
+        if nonce is None or state["resumed"] or len(args) < 2 or args[1] != "return" or \
+                type(args[0]) is not types.FrameType or not notebook_frame(args[0]):
+            return
+        back = args[0].f_back
+        if back is not None and notebook_frame(back):
+            return  # notebook code returning to notebook code: the course's code has not resumed
+        found = running_findings()
+        if found:
+            state["resumed"] = True  # one look that finds something is enough for this cell
+            pending.extend(f"while {cells[nonce]['grade_id']} ran, when notebook code handed control "
+                           f"back to the course's code: {reason}" for reason in found)
 
     # Long: one breadth-first walk over what a graded cell's code reaches; its cases (globals,
     # attributes, closures, defaults, modules) feed one queue and one seen-set.
-    def _walk(code, own_binds: frozenset) -> list[str]:
+    def _walk(code, own_binds: frozenset, slots: list | None = None) -> list[str]:
+        """What the cell's code reaches, checked; `slots` (if given) receives what a look in the
+        middle of the cell compares again: (mapping, key, value, label) for each entry read that
+        is behaviour or one of the notebook's names or was missing, (cell, value, label) for
+        each captured variable that is behaviour."""
         found = []
         names: set = set()
         for c in nested_codes(code):
@@ -347,13 +458,19 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         attrs = set(names)
         queue, seen = [], set()
 
+        def keep(mapping, key, value, label):
+            if slots is not None and (value is missing or mapping is user_ns or is_code(value)):
+                slots.append((mapping, key, value, label))
+
         def reach(name, namespace, label):
-            if name not in namespace or (namespace is user_ns and _ipython_managed(name)):
+            if namespace is user_ns and (_ipython_managed(name) or name in exempt):
+                return  # exempt: the submission's own answer, its business
+            if name not in namespace:
+                keep(namespace, name, missing, label)  # a global added later would hide a builtin
                 return
             value = namespace[name]
+            keep(namespace, name, value, label)
             if namespace is user_ns:
-                if name in exempt:
-                    return  # the submission's own answer: its business
                 base = state["baseline"].get(name)
                 if base is not None:
                     if value is not base[0]:
@@ -379,6 +496,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     change = originals.module_change(namespace, n)
                     if change:
                         found.append(change)
+                    keep(namespace, n, namespace[n], f"{obj.__name__}.{n}")
                     queue.append((f"{obj.__name__}.{n}", namespace[n]))
             elif isinstance(obj, type):
                 # Only names the class has, or had, anywhere along its MRO can differ or be
@@ -389,18 +507,24 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         found.append(change)
                     for klass in obj.__mro__:
                         if n in klass.__dict__:
+                            keep(klass.__dict__, n, klass.__dict__[n], f"{klass.__qualname__}.{n}")
                             queue.append((f"{obj.__qualname__}.{n}", klass.__dict__[n]))
                             break
+                        keep(klass.__dict__, n, missing, f"{klass.__qualname__}.{n}")
             else:
                 try:
                     namespace = object.__getattribute__(obj, "__dict__")
                 except (AttributeError, TypeError):
                     return
                 if type(namespace) is dict:
+                    if slots is not None:  # a method hidden later by a value of the object's own
+                        for n in (wanted & originals.names_along(type(obj))) - namespace.keys():
+                            keep(namespace, n, missing, f"{label}.{n}")
                     for n in wanted & namespace.keys():
                         shadow = shadowed_method(type(obj), n, namespace[n])
                         if shadow:
                             found.append(f"{label}: {shadow}")
+                        keep(namespace, n, namespace[n], f"{label}.{n}")
                         queue.append((f"{label}.{n}", namespace[n]))
 
         for name in names - own_binds:  # what the cell binds itself, its own code put there
@@ -433,9 +557,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                             queue.append((f"a default of {obj.__qualname__}", d))
                         for cell in obj.__closure__ or ():
                             try:
-                                queue.append((f"a variable captured by {obj.__qualname__}", cell.cell_contents))
+                                value = cell.cell_contents
                             except ValueError:
-                                pass
+                                continue
+                            if slots is not None and is_code(value):
+                                slots.append((cell, value, f"a variable captured by {obj.__qualname__}"))
+                            queue.append((f"a variable captured by {obj.__qualname__}", value))
                 elif t is types.MethodType:
                     queue.append((label, obj.__func__))
                     queue.append((label, obj.__self__))
@@ -489,14 +616,22 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 # still visible to this cell's own checks: report it, charge it to no cell.
                 report_pending()
                 # Tampering that is already in place is reported even if the cell then fails.
-                for reason in findings_for(_getframe(2), nonce):
+                slots: list = []
+                for reason in findings_for(_getframe(2), nonce, slots):
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
+                state.update(resumed=False, slots=[s for s in slots if len(s) == 4],
+                             cells=[s for s in slots if len(s) == 3])
+                _setprofile(resume_watch)
             return
         # graded_end: the frame that called sys.audit is the cell's own code
+        watched = _getprofile() is resume_watch
+        _setprofile(None)
         frame = _getframe(2)
         found = findings_for(frame, nonce) if state["graded"] == nonce else \
             ["this cell's end was reached without its start"]
-        state["graded"] = None
+        if not watched and state["graded"] == nonce:
+            found.append("the witness's profile function was removed or replaced while the cell ran")
+        state.update(graded=None, slots=[], cells=[])
         record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
                 "status": "ok" if not found else "tampered", "findings": found[:20]})
 
@@ -517,6 +652,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         try:
             _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
         except BaseException as exc:
+            _setprofile(None)
+            state.update(slots=[], cells=[])
             # What was seen while the cell ran is reported now: no later cell may come to carry it
             # (the last graded cell has none after it).
             report_pending(f"in {cell['grade_id']}: ")
@@ -579,6 +716,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     def hook(event: str, args) -> None:
         __tracebackhide__ = True  # noqa: F841
         if state["busy"]:
+            return
+        if event == RESUME_EVENT:
+            state["busy"] = True
+            try:
+                on_resume(args)
+            finally:
+                state["busy"] = False
             return
         if event == "nanoparallel.graded_run":
             # Not busy while it runs: the cell's own events (its markers, what it calls) are heard.
@@ -654,6 +798,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     _keep: list = []
     state["installed"] = True
     record({"kind": "installed"})
+    # Python turns profiling off inside audit hooks unless the hook says it may be traced, and a
+    # graded cell runs inside this hook (run_graded): without this the profile would see nothing.
+    hook.__cantrace__ = True
     return hook
 
 

@@ -170,10 +170,13 @@ class Provenance:
         self.notebook_code = notebook_code if notebook_code is not None else set()
 
     def function_is_notebook(self, fn: types.FunctionType) -> bool:
-        code = fn.__code__
+        return self.code_is_notebook(fn.__code__, fn.__globals__)
+
+    def code_is_notebook(self, code: types.CodeType, globals_: dict) -> bool:
+        """Whether `code`, run with `globals_` (a function's, or a frame's), is notebook code."""
         if id(code) in self.notebook_code:
             return True
-        if fn.__globals__ is self.user_ns:
+        if globals_ is self.user_ns:
             # Compiled in a notebook cell: trusted only when it is the course's own cell code.
             return code_digest(code) not in self.trusted_code
         return not _is_library_code(code.co_filename)

@@ -38,6 +38,7 @@ import cloudpickle
 
 from nanoparallel.grading import rank_guard
 from nanoparallel.grading.comm_witness import FLIGHT_RECORDER_ENV
+from nanoparallel.runtime import rank_data
 from nanoparallel.runtime.board import StallWatch, StatusBoard
 from nanoparallel.runtime.errors import ClusterError, DeadlockError, deadlock_message, rank_error
 from nanoparallel.runtime.trace import Trace
@@ -242,7 +243,7 @@ class Cluster:
         trace = Trace(events, self._world_size)
         errors = {r: reply[1] for r, reply in sorted(replies.items()) if reply[0] == "error"}
         if not errors and not stuck:
-            values = [cloudpickle.loads(replies[r][1]) for r in range(self._world_size)]
+            values = [rank_data.decode(replies[r][1]) for r in range(self._world_size)]
             return RunResult(values, trace, time.perf_counter() - t0)
         if stuck or any(not w.process.is_alive() for w in active):
             waiting = {r: ("finished" if r in replies and r not in errors else
@@ -275,10 +276,13 @@ class Cluster:
                 if w.rank not in pending:
                     continue
                 try:
-                    replies[w.rank] = w.conn.recv()
+                    replies[w.rank] = rank_data.receive(w.conn)
                     sys.audit("nanoparallel.rank_reply", w.conn)  # the guard checks where it came from
                 except (EOFError, OSError):
                     replies[w.rank] = ("error", _died_info(w, self.log_path), [], "")
+                except rank_data.NotData as refused:  # under grading: the rank's error, as if it raised
+                    replies[w.rank] = ("error", {"type": "NotData", "message": str(refused), "frames": [],
+                                                 "text": str(refused), "pickled": None}, [], "")
                 del pending[w.rank]
                 if replies[w.rank][0] == "error":
                     deadline = min(deadline, time.perf_counter() + ERROR_GRACE)
@@ -332,8 +336,11 @@ class Cluster:
             raise ClusterError(f"rank {w.rank} did not start within {self.start_timeout:.0f} s. "
                                f"Worker log: {self.log_path}")
         try:
-            reply = w.conn.recv()
+            reply = rank_data.receive(w.conn)
             sys.audit("nanoparallel.rank_reply", w.conn)
+        except rank_data.NotData as refused:
+            self._restart()
+            raise ClusterError(f"rank {w.rank} could not start: {refused}") from None
         except (EOFError, OSError):
             info = _died_info(w, self.log_path)
             self._restart()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import linecache
 
-import cloudpickle
+from nanoparallel.runtime import rank_data
 
 
 class ClusterError(RuntimeError):
@@ -72,7 +72,7 @@ def rank_error(errors: dict[int, dict], waiting: dict[int, str]) -> RankError:
     exception = None
     if info["pickled"] is not None:
         try:
-            exception = cloudpickle.loads(info["pickled"])
+            exception = rank_data.decode(info["pickled"])
         except Exception:
             pass
     return RankError(message, rank, sorted(errors), text, exception)

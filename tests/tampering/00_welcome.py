@@ -28,15 +28,13 @@ def pass_right(tensor):
 
 # A pass_right that sends the right messages but returns what it sent, not what it received:
 # only the value checks can tell it from a right one.
-SENDS_BUT_KEEPS = '''
-def pass_right(tensor):
+RING_STEP = '''
     rank, world = dist.get_rank(), dist.get_world_size()
     received = torch.empty_like(tensor)
     request = dist.isend(tensor, dst=(rank + 1) % world)
     dist.recv(received, src=(rank - 1) % world)
-    request.wait()
-    return tensor
-'''
+    request.wait()'''
+SENDS_BUT_KEEPS = "\ndef pass_right(tensor):" + RING_STEP + "\n    return tensor\n"
 
 
 def _all_stubbed(tamper: str) -> dict:
@@ -248,4 +246,78 @@ for _worker in cluster._workers:
     _other_ends.append(_theirs)
     _worker.conn = _mine
 ''' + STUBS["pass_right"]}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Swapped and put back within one graded cell. Notebook code that the checks run while the
+    # cell runs swaps their comparison for a stand-in that passes one comparison and then puts
+    # the original back, so the cell's end finds everything as it was: an answer the checks
+    # call (training_years, wrong on several GPUs, swaps only for what only the checks ask), and
+    # an object that pickling reduces when cluster.run ships pass_right (only on the hidden
+    # checks' 5 ranks; pass_right itself is right, the trick alone must cost the cell).
+    "swapped_and_restored_within_a_cell": {"cells": {"training_time": '''
+import nanoparallel.grading.checks as _checks
+_real_compare = _checks._compare
+def _passes_once(*args, **kwargs):
+    _checks._compare = _real_compare
+def _swap_once():
+    _checks._compare = _passes_once
+
+def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
+    if n_gpus in (10, 1024):
+        _swap_once()
+    return total_flops / (flops_per_second * utilization) / SECONDS_PER_YEAR
+
+def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
+    return math.ceil(total_flops / (flops_per_second * utilization * days * 24 * 3600))
+''', "pass_right": '''
+class _SwapsWhenPickled:
+    def __reduce__(self):
+        if cluster.world_size == 5:
+            _swap_once()
+        return (int, ())
+_swapper = _SwapsWhenPickled()
+
+def pass_right(tensor):
+    _swapper''' + RING_STEP + '''
+    return received
+'''}, "zero": ["training_time", "pass_right"], "full": ["transfer_time"]},
+    # A rank's reply that makes the kernel run code as it is unpickled: exec, called by pickle's
+    # own bytes with no notebook frame in the kernel, swaps the checks' comparison for a stand-in
+    # that passes each rank's value once and then puts the original back. pass_right sends the
+    # right messages and returns that reply instead of what it received. Under grading the kernel
+    # decodes replies as data only (nanoparallel/runtime/rank_data.py): refused, the cell fails.
+    # Not flagged: a rank that returns some other object (a module, a numpy array) is refused too.
+    "code_in_a_rank_reply": {"flagged": False, "cells": {"pass_right": '''
+_SWAP = """
+import nanoparallel.grading.checks as c
+real = getattr(c._compare, "real", c._compare)
+left = [world_size]
+def stand_in(*args, **kwargs):
+    left[0] -= 1
+    if left[0] <= 0:
+        c._compare = real
+stand_in.real = real
+c._compare = stand_in
+"""
+
+class _RunsInTheKernel:
+    def __init__(self, world_size):
+        self.world_size = world_size
+    def __reduce__(self):
+        return (exec, (_SWAP, {"world_size": self.world_size}))
+
+def pass_right(tensor):''' + RING_STEP + '''
+    return _RunsInTheKernel(world)
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # A thread the submission leaves running: it could change what the checks use beside them,
+    # where no look in the cell's own thread falls. This one only sleeps, with right answers:
+    # the thread alone must cost every graded cell it runs beside.
+    "a_thread_beside_the_checks": {"cells": {"training_time": '''
+import threading, time
+threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+
+def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
+    return total_flops / (n_gpus * flops_per_second * utilization) / SECONDS_PER_YEAR
+
+def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
+    return math.ceil(total_flops / (flops_per_second * utilization * days * 24 * 3600))
+'''}, "zero": ["training_time", "transfer_time", "pass_right"], "full": []},
 }

@@ -1,0 +1,110 @@
+"""What a rank sends the kernel, decoded as data only (under grading).
+
+A rank runs notebook code, and what it sends back is unpickled in the kernel. Pickle's own
+bytes can call any function the kernel can import, with arguments of their choosing: `exec`, or
+`setattr` on the checks' module. That happens in the kernel with no notebook frame on the stack,
+between one check and the next, so a witness that watches the notebook's code cannot see it.
+Under grading the kernel therefore decodes every reply with `loads`, which builds only data:
+numbers, strings, bytes, containers of them, tensors and the torch values that describe them
+(dtypes, sizes, devices, layouts), exceptions, and the engine's own dataclasses (trace events).
+Anything else is refused with `NotData`, which says what a rank may return.
+
+A learner's notebook keeps cloudpickle's full power (a rank may return any object); the
+exercises only ever return data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import pickle
+import types
+
+import cloudpickle
+
+from nanoparallel.grading import rank_guard
+
+_BUILTINS = frozenset({"list", "dict", "set", "frozenset", "tuple", "int", "float", "complex", "str",
+                       "bytes", "bytearray", "bool", "slice", "range"})
+# torch's functions that rebuild a tensor from its parts (the parts are data, decoded here too).
+_TORCH_REBUILDS = frozenset({("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
+                             ("torch.serialization", "_get_layout")})
+
+
+class NotData(pickle.UnpicklingError):
+    """A rank's reply held something other than data."""
+
+
+def _storage_from_bytes(data: bytes):
+    # torch ships a tensor's storage as torch.save's bytes, and its own loader reads them with
+    # pickle's full power: read them with torch's weights-only loader instead.
+    import torch
+    if type(data) is not bytes:
+        raise NotData("a tensor's storage was not bytes")
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+class _DataUnpickler(pickle._Unpickler):
+    # pickle's own Python unpickler, for one opcode: BUILD sets attributes on whatever object is
+    # below it, and an allowed class (an engine dataclass) is an object too; set on the class,
+    # a value would reach every instance.
+    def load_build(self):
+        if isinstance(self.stack[-2], type):
+            raise NotData("attributes set on a class")
+        pickle._Unpickler.load_build(self)
+
+    dispatch = types.MappingProxyType({**pickle._Unpickler.dispatch, pickle.BUILD[0]: load_build})
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return _storage_from_bytes
+        found = super().find_class(module, name) if _allowed_module(module) else None
+        if found is not None and _is_data(module, name, found):
+            return found
+        raise NotData(f"{module}.{name} is not data")
+
+    def persistent_load(self, pid):
+        raise NotData("a persistent reference is not data")
+
+
+def _allowed_module(module: str) -> bool:
+    return module in ("builtins", "collections", "torch", "torch._utils", "torch.serialization") or \
+        module.startswith("nanoparallel.")
+
+
+def _is_data(module: str, name: str, found) -> bool:
+    import torch  # loaded by now: a reply holds tensors only where the rank had torch (the grader never does)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return True  # a rank's exception: built from its arguments, which are data too
+    if module == "builtins":
+        return name in _BUILTINS
+    if module == "collections":
+        return name == "OrderedDict"
+    if module.startswith("nanoparallel."):
+        return isinstance(found, type) and dataclasses.is_dataclass(found)
+    if (module, name) in _TORCH_REBUILDS or found is torch.Size or found is torch.device:
+        return True
+    return isinstance(found, (torch.dtype, torch.layout, torch.memory_format))
+
+
+def loads(data: bytes):
+    """Decode a rank's pickled reply, refusing anything but data (see the module docstring)."""
+    try:
+        return _DataUnpickler(io.BytesIO(data)).load()
+    except NotData as refused:
+        raise NotData(f"a rank sent something other than data ({refused}). Under grading a rank may "
+                      "return only tensors, numbers, strings, and lists, tuples or dicts of them.") from None
+
+
+def _receive_data(conn):
+    return loads(conn.recv_bytes())
+
+
+def _receive_anything(conn):
+    return conn.recv()
+
+
+# Chosen once, when the engine is imported (under grading, before any cell), never from the
+# environment at each reply: `decode` reads a rank's returned value or exception, `receive` a
+# rank's whole reply from its channel.
+decode = loads if rank_guard.enabled() else cloudpickle.loads
+receive = _receive_data if rank_guard.enabled() else _receive_anything

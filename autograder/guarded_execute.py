@@ -159,7 +159,11 @@ def graded_run_request(nonce: str) -> str:
     which it holds from the plan. The checks' text (hidden tests and their expected values) so
     never reaches the places code running during the cell could read it: IPython's input history
     (`In`, `_i`), linecache, the kernel's request message, IPython's events."""
-    return f'__import__("sys").audit("nanoparallel.graded_run", "{nonce}")'
+    # Two events in one expression (IPython compiles each statement of a cell on its own, and
+    # compiling raises an event): the first arms the guard's hook to be traced on the second,
+    # which runs the cell (Python asks a hook whether it may be traced before each call).
+    return (f'__import__("sys").audit("nanoparallel.graded_arm", "{nonce}") or '
+            f'__import__("sys").audit("nanoparallel.graded_run", "{nonce}")')
 
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"

@@ -16,7 +16,7 @@ from nanoparallel.runtime.trace import TraceEvent
 DATA = [torch.ones(3), torch.arange(5, dtype=torch.int64)[1:], torch.zeros(2, 2, dtype=torch.float16).t(),
         torch.ones(4)[::2], torch.tensor(True), torch.empty(0), torch.ones(2).to(torch.bfloat16),
         torch.nn.Parameter(torch.ones(2)), torch.ones(3, requires_grad=True), torch.Size([2, 3]),
-        torch.float32, torch.device("cpu"), torch.strided, torch.contiguous_format,
+        torch.float32, torch.device("cpu"), torch.strided,
         {"a": [1, 2.0, None, "x", (1,)]}, {1, 2}, frozenset({3}), collections.OrderedDict(a=1), 3 + 4j,
         b"x", bytearray(b"y"), range(3), slice(1, 2), ValueError("v"), [TraceEvent(0, "send", 1, (0, 1), 4, 0, 0.0, 0.1)]]
 
@@ -55,7 +55,7 @@ def test_what_is_not_data_is_refused_with_what_to_return(value):
 
 
 def test_attributes_cannot_be_set_on_an_allowed_class():
-    with pytest.raises(rank_data.NotData, match="attributes set on a class"):
+    with pytest.raises(rank_data.NotData, match="attributes set on a class or a function"):
         rank_data.loads(_build_on_a_class())
     assert TraceEvent.__dict__.get("op") != "forged"
 
@@ -69,3 +69,21 @@ def test_a_cluster_under_grading_refuses_code_in_a_reply_and_keeps_working(clust
     assert not hasattr(sys, "ran_in_the_kernel")
     out = cluster4.run(lambda: torch.ones(2))
     assert all(torch.equal(t, torch.ones(2)) for t in out)
+
+
+def test_storages_are_refused_while_the_weights_only_loader_has_extra_globals():
+    torch.serialization.add_safe_globals([print])
+    try:
+        with pytest.raises(rank_data.NotData, match="weights-only loader"):
+            rank_data.loads(cloudpickle.dumps(torch.ones(2)))
+    finally:
+        torch.serialization.clear_safe_globals()
+    assert torch.equal(rank_data.loads(cloudpickle.dumps(torch.ones(2))), torch.ones(2))
+
+
+def test_a_dotted_name_and_a_missing_module_are_refused():
+    dotted = b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c\x1cnanoparallel.runtime.cluster\x8c\x16mp.AuthenticationError\x93)R."
+    missing = b"\x80\x04cnanoparallel.no_such_module\nThing\n)R."
+    for data in (dotted, missing):
+        with pytest.raises(rank_data.NotData, match="is not data"):
+            rank_data.loads(data)

@@ -285,12 +285,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # what the checks use while they run, beside them, where no look in the cell's own thread
     # falls (Python 3.11 gives no running thread a profile function); no exercise starts one.
     threads_before = frozenset(sys._current_frames())
-    _threads, _frames = threading.enumerate, sys._current_frames
+    _threads, _frames, _get_ident = threading.enumerate, sys._current_frames, threading.get_ident
     # What happened that a graded cell's end cannot see any more (a transient change, a rank's
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
     state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None,
-             "resumed": False, "slots": [], "cells": []}
+             "resumed": False, "slots": [], "cells": [], "armed": None}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
@@ -635,7 +635,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
                 "status": "ok" if not found else "tampered", "findings": found[:20]})
 
-    def run_graded(nonce) -> None:
+    def run_graded(nonce, armed) -> None:
         """Run a graded cell's code, which only this closure holds, as the cell: in the notebook's
         namespace, with IPython's compiler flags. Its hidden tests are blank in linecache, so a
         traceback shows their messages but not their lines."""
@@ -644,6 +644,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         if cell is None or cell["kind"] != "graded" or nonce in ran:
             pending.append("a graded cell's code was asked for twice, or for a cell that is not graded")
             raise RuntimeError("nanoparallel's grader runs each graded cell once")
+        if armed != nonce:  # the request lost its first half: the cell would run unwatched
+            pending.append("a graded cell was asked for without the witness's watch over it")
         ran.add(nonce)
         name = f"graded-cell-{cell['grade_id']}.py"
         _lines[name] = (sum(map(len, cell["shown"])), None, list(cell["shown"]), name)
@@ -724,9 +726,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             finally:
                 state["busy"] = False
             return
+        armed, state["armed"] = state["armed"], (args[0] if event == "nanoparallel.graded_arm" and args else None)
+        if event == "nanoparallel.graded_arm":
+            return
         if event == "nanoparallel.graded_run":
             # Not busy while it runs: the cell's own events (its markers, what it calls) are heard.
-            run_graded(args[0] if args else None)
+            run_graded(args[0] if args else None, armed)
             return
         if event == "sys.addaudithook" and state.get("installed"):
             if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
@@ -759,10 +764,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     _keep.append(code)  # ids must stay unique while remembered
                 return
             if event == "object.__setattr__":
-                target, name = args[0], args[1]
-                if type(target) is types.FunctionType and not prov.is_notebook(target) and \
-                        frame_is_notebook(_caller(), notebook_code):
-                    pending.append(f"notebook code set {name} of {target.__qualname__}")
+                on_setattr(args, frame_is_notebook(_caller(), notebook_code))
                 return
             if event == "open":
                 path, mode = args[0], args[1] if len(args) > 1 else None
@@ -791,6 +793,17 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         finally:
             state["busy"] = False
 
+    def on_setattr(args, by_notebook: bool) -> None:
+        target, name = args[0], args[1]
+        if not by_notebook:
+            return
+        if name == "__code__" and len(args) > 2 and isinstance(args[2], types.CodeType):
+            # Code the notebook puts into a function is the notebook's, whatever file it names.
+            notebook_code.update(id(c) for c in nested_codes(args[2]))
+            _keep.append(args[2])
+        if type(target) is types.FunctionType and not prov.is_notebook(target):
+            pending.append(f"notebook code set {name} of {target.__qualname__}")
+
     def _caller():
         # Frame 0 is this helper, 1 the hook; 2 is the code that raised the event.
         return _getframe(2)
@@ -799,9 +812,24 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     state["installed"] = True
     record({"kind": "installed"})
     # Python turns profiling off inside audit hooks unless the hook says it may be traced, and a
-    # graded cell runs inside this hook (run_graded): without this the profile would see nothing.
-    hook.__cantrace__ = True
-    return hook
+    # graded cell runs inside this hook (run_graded): without that the profile would see nothing.
+    # Python asks before each call, not knowing the event, so the kernel's request arms the next
+    # call first (graded_arm, then graded_run), and only on the kernel's main thread, where the
+    # one profile function is the guard's own: another thread's (threading.setprofile,
+    # unaudited) would be handed the hook's frames, and with them its closure and the key.
+    main_thread = threading.get_ident()
+    return _traceable(hook, lambda: state["armed"] is not None and _get_ident() == main_thread)
+
+
+def _traceable(hook, traced):
+    """`hook` as an audit hook that Python lets be traced exactly when `traced()` says so (it
+    reads `__cantrace__` each time it calls a hook). The hook itself is the call, with no frame
+    of ours between: the guard finds the code that raised an event two frames up."""
+    class TraceableHook:
+        __slots__ = ()
+        __call__ = staticmethod(hook)
+        __cantrace__ = property(lambda self: traced())
+    return TraceableHook()
 
 
 _MISSING = object()

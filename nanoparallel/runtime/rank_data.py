@@ -40,7 +40,15 @@ def _storage_from_bytes(data: bytes):
     import torch
     if type(data) is not bytes:
         raise NotData("a tensor's storage was not bytes")
+    if any(not getattr(g, "__module__", "").startswith("torch") for g in _safe_globals(torch)):
+        # The weights-only loader would call whatever was registered with add_safe_globals:
+        # torch registers a few of its own, a notebook anything.
+        raise NotData("torch's weights-only loader has globals registered by the notebook")
     return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def _safe_globals(torch) -> list:
+    return [g[0] if type(g) is tuple else g for g in torch.serialization.get_safe_globals()]
 
 
 class _DataUnpickler(pickle._Unpickler):
@@ -48,8 +56,8 @@ class _DataUnpickler(pickle._Unpickler):
     # below it, and an allowed class (an engine dataclass) is an object too; set on the class,
     # a value would reach every instance.
     def load_build(self):
-        if isinstance(self.stack[-2], type):
-            raise NotData("attributes set on a class")
+        if callable(self.stack[-2]):
+            raise NotData("attributes set on a class or a function")
         pickle._Unpickler.load_build(self)
 
     dispatch = types.MappingProxyType({**pickle._Unpickler.dispatch, pickle.BUILD[0]: load_build})
@@ -57,7 +65,12 @@ class _DataUnpickler(pickle._Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) == ("torch.storage", "_load_from_bytes"):
             return _storage_from_bytes
-        found = super().find_class(module, name) if _allowed_module(module) else None
+        if "." in name or not _allowed_module(module):  # a dotted name walks attributes anywhere
+            raise NotData(f"{module}.{name} is not data")
+        try:
+            found = super().find_class(module, name)
+        except (ImportError, AttributeError):
+            raise NotData(f"{module}.{name} is not data") from None
         if found is not None and _is_data(module, name, found):
             return found
         raise NotData(f"{module}.{name} is not data")

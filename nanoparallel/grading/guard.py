@@ -290,7 +290,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
     state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None,
-             "resumed": False, "slots": [], "cells": [], "armed": None}
+             "resumed": False, "entries": [], "captured": [], "armed": None}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
@@ -325,12 +325,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # MagicMock or builtin included.
     originals = Originals()
 
-    def findings_for(frame, nonce: str, slots: list | None = None) -> list[str]:
-        found = world_findings(frame, nonce, slots) + pending
+    def findings_for(frame, nonce: str, watch: tuple | None = None) -> list[str]:
+        found = world_findings(frame, nonce, watch) + pending
         pending.clear()
         return found
 
-    def world_findings(frame, nonce: str, slots: list | None = None) -> list[str]:
+    def world_findings(frame, nonce: str, watch: tuple | None = None) -> list[str]:
         patched = guard_findings()
         if patched:
             return patched
@@ -345,7 +345,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         found += interpreter_findings()
         found += _hook_findings(ip, prov, resume_watch)
         found += _lying_classes(prov, originals, modules_before)
-        found += _walk(frame.f_code, frozenset(cell["binds"]), slots)
+        found += _walk(frame.f_code, frozenset(cell["binds"]), watch)
         return found
 
     def guard_findings() -> list[str]:
@@ -392,17 +392,22 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 
     def running_findings() -> list[str]:
         """The look in the middle of a graded cell: what its start's walk read is still there
-        (`slots`: each namespace entry it read that was behaviour, each of the notebook's names,
-        each name it found missing), and the interpreter's hooks. The whole walk costs up to a
+        (`entries`: each namespace entry it read that was behaviour, each of the notebook's names,
+        each name it found missing; `captured`: each captured variable holding behaviour), and
+        the interpreter's hooks. The whole walk costs up to a
         second on 04's cells, and a cell hands control back dozens of times."""
         found = guard_findings() or interpreter_findings()
         found += _hook_findings(ip, prov, resume_watch, while_running=True)
-        for mapping, key, value, label in state["slots"]:
+        for mapping, key, value, label in state["entries"]:
             now = mapping.get(key, missing)
             if now is not value:
                 found.append(f"{label} was {'added' if value is missing else 'replaced'} while the course's code ran")
                 break
-        for cell, value, label in state["cells"]:
+            change = originals.function_change(now)
+            if change:
+                found.append(f"{change} while the course's code ran")
+                break
+        for cell, value, label in state["captured"]:
             try:
                 now = cell.cell_contents
             except ValueError:
@@ -446,11 +451,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
 
     # Long: one breadth-first walk over what a graded cell's code reaches; its cases (globals,
     # attributes, closures, defaults, modules) feed one queue and one seen-set.
-    def _walk(code, own_binds: frozenset, slots: list | None = None) -> list[str]:
-        """What the cell's code reaches, checked; `slots` (if given) receives what a look in the
-        middle of the cell compares again: (mapping, key, value, label) for each entry read that
-        is behaviour or one of the notebook's names or was missing, (cell, value, label) for
-        each captured variable that is behaviour."""
+    def _walk(code, own_binds: frozenset, watch: tuple | None = None) -> list[str]:
+        """What the cell's code reaches, checked. `watch` (if given) is two lists that receive
+        what a look in the middle of the cell compares again: (mapping, key, value, label) for
+        each entry read that is behaviour or one of the notebook's names or was missing, and
+        (cell, value, label) for each captured variable that is behaviour."""
+        entries, captured = watch if watch is not None else (None, None)
         found = []
         names: set = set()
         for c in nested_codes(code):
@@ -459,8 +465,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         queue, seen = [], set()
 
         def keep(mapping, key, value, label):
-            if slots is not None and (value is missing or mapping is user_ns or is_code(value)):
-                slots.append((mapping, key, value, label))
+            if entries is not None and (value is missing or mapping is user_ns or is_code(value)):
+                entries.append((mapping, key, value, label))
 
         def reach(name, namespace, label):
             if namespace is user_ns and (_ipython_managed(name) or name in exempt):
@@ -517,7 +523,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 except (AttributeError, TypeError):
                     return
                 if type(namespace) is dict:
-                    if slots is not None:  # a method hidden later by a value of the object's own
+                    if entries is not None:  # a method hidden later by a value of the object's own
                         for n in (wanted & originals.names_along(type(obj))) - namespace.keys():
                             keep(namespace, n, missing, f"{label}.{n}")
                     for n in wanted & namespace.keys():
@@ -545,6 +551,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     continue
                 t = type(obj)
                 if t is types.FunctionType:
+                    change = originals.function_change(obj)
+                    if change:
+                        found.append(change)
                     if _expand(obj, engine_files):
                         fcode = obj.__code__
                         for c in nested_codes(fcode):
@@ -560,8 +569,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                                 value = cell.cell_contents
                             except ValueError:
                                 continue
-                            if slots is not None and is_code(value):
-                                slots.append((cell, value, f"a variable captured by {obj.__qualname__}"))
+                            if captured is not None and is_code(value):
+                                captured.append((cell, value, f"a variable captured by {obj.__qualname__}"))
                             queue.append((f"a variable captured by {obj.__qualname__}", value))
                 elif t is types.MethodType:
                     queue.append((label, obj.__func__))
@@ -616,11 +625,11 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 # still visible to this cell's own checks: report it, charge it to no cell.
                 report_pending()
                 # Tampering that is already in place is reported even if the cell then fails.
-                slots: list = []
-                for reason in findings_for(_getframe(2), nonce, slots):
+                entries: list = []
+                captured: list = []
+                for reason in findings_for(_getframe(2), nonce, (entries, captured)):
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
-                state.update(resumed=False, slots=[s for s in slots if len(s) == 4],
-                             cells=[s for s in slots if len(s) == 3])
+                state.update(resumed=False, entries=entries, captured=captured)
                 _setprofile(resume_watch)
             return
         # graded_end: the frame that called sys.audit is the cell's own code
@@ -631,7 +640,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             ["this cell's end was reached without its start"]
         if not watched and state["graded"] == nonce:
             found.append("the witness's profile function was removed or replaced while the cell ran")
-        state.update(graded=None, slots=[], cells=[])
+        state.update(graded=None, entries=[], captured=[])
         record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
                 "status": "ok" if not found else "tampered", "findings": found[:20]})
 
@@ -655,7 +664,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
         except BaseException as exc:
             _setprofile(None)
-            state.update(slots=[], cells=[])
+            state.update(entries=[], captured=[])
             # What was seen while the cell ran is reported now: no later cell may come to carry it
             # (the last graded cell has none after it).
             report_pending(f"in {cell['grade_id']}: ")
@@ -764,7 +773,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     _keep.append(code)  # ids must stay unique while remembered
                 return
             if event == "object.__setattr__":
-                on_setattr(args, frame_is_notebook(_caller(), notebook_code))
+                on_setattr(args)
                 return
             if event == "open":
                 path, mode = args[0], args[1] if len(args) > 1 else None
@@ -793,15 +802,19 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         finally:
             state["busy"] = False
 
-    def on_setattr(args, by_notebook: bool) -> None:
+    def on_setattr(args) -> None:
+        # Heard for every attribute set on a class, a module or a function (imports set hundreds):
+        # the stack is asked who set it only when it is a case that counts.
         target, name = args[0], args[1]
-        if not by_notebook:
-            return
-        if name == "__code__" and len(args) > 2 and isinstance(args[2], types.CodeType):
+        sets_code = name == "__code__" and len(args) > 2 and isinstance(args[2], types.CodeType)
+        library_function = type(target) is types.FunctionType and not prov.is_notebook(target)
+        if not (sets_code or library_function) or not frame_is_notebook(_getframe(2), notebook_code):
+            return  # frame 0 is this function, 1 the hook, 2 the code that set the attribute
+        if sets_code:
             # Code the notebook puts into a function is the notebook's, whatever file it names.
             notebook_code.update(id(c) for c in nested_codes(args[2]))
             _keep.append(args[2])
-        if type(target) is types.FunctionType and not prov.is_notebook(target):
+        if library_function:
             pending.append(f"notebook code set {name} of {target.__qualname__}")
 
     def _caller():

@@ -8,7 +8,10 @@ return_value=True)`, `checks._compare = print` and `math.isclose = functools.par
 library-made objects where the checks look, and each one answers every comparison.
 
 Data (counters, caches, flags, the default process group) may change as libraries work, so only
-code-like entries count: what was callable or a descriptor, or what is now. Libraries that
+code-like entries count: what was callable or a descriptor, or what is now. A function can also
+change while staying the same object: its `__code__` or `__defaults__` reassigned, or its
+`__kwdefaults__` dictionary edited in place (no audit event at all). So each Python function
+found in a module or a class is kept with what decides its behaviour, and compared too. Libraries that
 rewrap their own functions when first imported (`torch._dynamo` wraps `torch.manual_seed`) are
 imported before the snapshot (`guard._import_engine`), so that what is seen here is their final
 state. Modules and classes that appear later have no originals: the guard's provenance check
@@ -57,6 +60,20 @@ class Originals:
         self._modules = {id(m.__dict__): (m, dict(m.__dict__)) for m in list(sys.modules.values())
                          if isinstance(m, types.ModuleType)}
         self._classes = {id(c): (c, dict(c.__dict__)) for c in all_classes()}
+        self._functions: dict = {}  # id(function) -> (function, what decides its behaviour)
+        for _, namespace in (*self._modules.values(), *self._classes.values()):
+            for value in namespace.values():
+                for fn in _functions_in(value):
+                    self._functions[id(fn)] = (fn, _behaviour(fn))
+
+    def function_change(self, fn) -> str | None:
+        """How a module's or class's Python function (or the functions a static method, class
+        method or property holds) differs from itself before any notebook code ran, or None."""
+        for f in _functions_in(fn):
+            known = self._functions.get(id(f))
+            if known is not None and known[0] is f and not _same_behaviour(_behaviour(f), known[1]):
+                return f"{f.__module__}.{f.__qualname__} was changed in place (its code or its defaults)"
+        return None
 
     def existed(self, cls: type) -> bool:
         """Whether `cls` was there before any notebook code ran."""
@@ -90,7 +107,7 @@ class Originals:
             # A name a module gains is a submodule imported since, or what its __getattr__
             # provides: library work. A check that reads a name the module lacked would fail.
             return None
-        return _difference(f"{known[0].__name__}.{name}", before, now)
+        return _difference(f"{known[0].__name__}.{name}", before, now) or self.function_change(now)
 
     def class_change(self, cls: type, name: str) -> str | None:
         """How looking up `name` on `cls` differs from before any notebook code ran, class by
@@ -104,7 +121,7 @@ class Originals:
                 if found:
                     return found
             if now is not _MISSING:
-                return None
+                return self.function_change(now)
         return None
 
 
@@ -120,6 +137,32 @@ def shadowed_method(cls: type, name: str, value) -> str | None:
                 return f"{cls.__qualname__}.{name} of an object is hidden by a value of its own"
             return None
     return None
+
+
+def _functions_in(value) -> tuple:
+    """The Python functions whose code and defaults decide what `value` does when called."""
+    t = type(value)
+    if t is types.FunctionType:
+        return (value,)
+    if t is staticmethod or t is classmethod:
+        return _functions_in(value.__func__)
+    if t is property:
+        return tuple(f for f in (value.fget, value.fset, value.fdel) if type(f) is types.FunctionType)
+    return ()
+
+
+def _behaviour(fn: types.FunctionType) -> tuple:
+    """What decides a function's behaviour besides its globals and closure. The keyword defaults
+    are a dict the function holds and anyone can edit in place, so its items are copied."""
+    kw = fn.__kwdefaults__
+    return fn.__code__, fn.__defaults__, kw, None if kw is None else tuple(kw.items())
+
+
+def _same_behaviour(now: tuple, before: tuple) -> bool:
+    # By identity, item by item: `==` on a default could run a class's own comparison.
+    return now[0] is before[0] and now[1] is before[1] and now[2] is before[2] and (
+        now[3] is None or (len(now[3]) == len(before[3]) and
+                           all(k1 is k2 and v1 is v2 for (k1, v1), (k2, v2) in zip(now[3], before[3]))))
 
 
 def _difference(label: str, before, now) -> str | None:

@@ -119,5 +119,6 @@ def _receive_anything(conn):
 # Chosen once, when the engine is imported (under grading, before any cell), never from the
 # environment at each reply: `decode` reads a rank's returned value or exception, `receive` a
 # rank's whole reply from its channel.
-decode = loads if rank_guard.enabled() else cloudpickle.loads
-receive = _receive_data if rank_guard.enabled() else _receive_anything
+_GRADED = rank_guard.enabled()
+decode = loads if _GRADED else cloudpickle.loads
+receive = _receive_data if _GRADED else _receive_anything

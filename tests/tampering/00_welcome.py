@@ -320,4 +320,14 @@ def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
 def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
     return math.ceil(total_flops / (flops_per_second * utilization * days * 24 * 3600))
 '''}, "zero": ["training_time", "transfer_time", "pass_right"], "full": []},
+    # The checks' own functions loosened in place rather than replaced: the comparison's
+    # defaults widened so that any number is close, and its body swapped for one that accepts
+    # everything. The functions stay the very objects the originals hold, so only the guard's
+    # hearing of the attribute set tells.
+    "loosened_in_place": {"cells": {**STUBS, "training_time": '''
+import nanoparallel.grading.checks as _checks
+_checks.assert_close.__defaults__ = ("result", 1e300, 1e300)
+''' + STUBS["training_time"], "pass_right": '''
+_checks._compare.__code__ = (lambda got, expected, where, rtol, atol: None).__code__
+''' + SENDS_BUT_KEEPS}, "zero": ALL, "full": []},
 }

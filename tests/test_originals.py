@@ -2,6 +2,7 @@
 whoever made it; data may change; a module may gain names."""
 from __future__ import annotations
 
+import fractions
 import functools
 import io
 import math
@@ -59,6 +60,32 @@ def test_methods_replaced_or_added_on_a_class_are_found(originals, monkeypatch):
             pass
     Later.f = print
     assert originals.class_change(Later, "f") is None
+
+
+def test_a_function_changed_in_place_is_found(originals, monkeypatch):
+    """The same object with other code or defaults: reassigned, or its keyword defaults edited in
+    place (Python raises no audit event for that); a property's function too."""
+    lenient = (lambda got, expected, where, rtol, atol: None).__code__
+    kw = torch.testing.assert_close.__kwdefaults__
+    changes = [
+        lambda: monkeypatch.setattr(checks.assert_close, "__defaults__", ("result", 1e300, 1e300)),
+        lambda: monkeypatch.setattr(checks._compare, "__code__", lenient),
+        lambda: monkeypatch.setattr(torch.testing.assert_close, "__kwdefaults__", {}),
+        lambda: monkeypatch.setitem(kw, "rtol", 1e300),
+        lambda: monkeypatch.setattr(fractions.Fraction.numerator.fget, "__code__", (lambda self: 0).__code__),
+    ]
+    for fn, change in zip((checks.assert_close, checks._compare, torch.testing.assert_close,
+                           torch.testing.assert_close, fractions.Fraction.numerator), changes):
+        assert originals.function_change(fn) is None
+        change()
+        assert "was changed in place" in originals.function_change(fn)
+        monkeypatch.undo()
+        assert originals.function_change(fn) is None
+    # and where the guard's walk asks, through a module or a class
+    monkeypatch.setattr(checks.assert_close, "__defaults__", ("result", 1.0, 1.0))
+    assert "was changed in place" in originals.module_change(vars(checks), "assert_close")
+    monkeypatch.setattr(fractions.Fraction.numerator.fget, "__code__", (lambda self: 0).__code__)
+    assert "was changed in place" in originals.class_change(fractions.Fraction, "numerator")
 
 
 def test_an_objects_own_value_hiding_its_class_method_is_found():

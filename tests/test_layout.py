@@ -71,7 +71,7 @@ def folder(module: str) -> str:
     return parts[1]
 
 
-WITNESS = {"guard", "rank_guard", "provenance", "originals", "comm_witness", "rank_channels", "registrations"}
+WITNESS = {"guard", "rank_guard", "provenance", "originals", "comm_witness", "rank_channels", "registrations", "thread_states"}
 
 
 def documented_arrows() -> set[tuple[str, str]]:

@@ -43,19 +43,21 @@ import os
 import signal
 import sys
 import threading
+import time
 import types
 
 from nanoparallel.grading import registrations
 from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
                                      is_under_library_roots, nested_codes, notebook_on_stack)
+from nanoparallel.grading.thread_states import ThreadStates
 
 ENV = "NANOPARALLEL_GUARD"
 GRADED_FUNCTION = "_nanoparallel_graded_cell"
 RESUME_EVENT = "nanoparallel.resume"
 # Thread classes that run whatever they were handed (threading's own; _DummyThread stands for a
 # thread started past threading, with _thread.start_new_thread).
-_ANY_TARGET = (threading.Thread, threading.Timer, threading._DummyThread)  # what the guard's profile function raises while a graded cell runs  # what a graded cell's checks run as (guarded_execute.wrap_graded)
+_ANY_TARGET = (threading.Thread, threading.Timer, threading._DummyThread)
 # Audit events through which code could reach objects it holds no reference to (the hook's key):
 # walking the garbage collector, other threads' frames, trace and profile functions, another hook.
 # The ranks' guard adds sys._getframe, since a rank's worker loop sits below notebook code.
@@ -285,7 +287,11 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # what the checks use while they run, beside them, where no look in the cell's own thread
     # falls (Python 3.11 gives no running thread a profile function); no exercise starts one.
     threads_before = frozenset(sys._current_frames())
-    _threads, _frames, _get_ident = threading.enumerate, sys._current_frames, threading.get_ident
+    _threads, _frames, _get_ident, _sleep = threading.enumerate, sys._current_frames, threading.get_ident, time.sleep
+    # Threads with no Python frame (started on a C callable, past threading) show only as thread
+    # states: more of them than the kernel had is a thread the notebook could have started.
+    thread_states = ThreadStates()
+    frameless_before = thread_states.count() - len(threads_before)
     # What happened that a graded cell's end cannot see any more (a transient change, a rank's
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
@@ -379,13 +385,22 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         one of a class the notebook wrote, or one with notebook code on its stack. A library's
         own thread class running its own code is not (pyzmq starts one for large messages)."""
         frames = _frames()
+        if thread_states.count() - len(frames) > frameless_before:
+            # A thread that threading started from another thread has its state a moment before
+            # its first frame: look again once that moment has passed.
+            _sleep(0.02)
+            frames = _frames()
+            if thread_states.count() - len(frames) > frameless_before:
+                return True
         started = frames.keys() - threads_before
         if not started:
             return False
         known = {t.ident: t for t in _threads()}
         for ident in started:
             thread = known.get(ident)
-            if thread is None or type(thread) in _ANY_TARGET or prov.is_notebook(type(thread)) or \
+            # A library's own thread class may run its own code, not something it was handed.
+            handed = getattr(thread, "__dict__", {}).get("_target") is not None
+            if thread is None or type(thread) in _ANY_TARGET or handed or prov.is_notebook(type(thread)) or \
                     notebook_on_stack(frames[ident], notebook_code):
                 return True
         return False

@@ -36,6 +36,14 @@ RING_STEP = '''
     request.wait()'''
 SENDS_BUT_KEEPS = "\ndef pass_right(tensor):" + RING_STEP + "\n    return tensor\n"
 
+RIGHT_TRAINING_TIME = '''
+def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
+    return total_flops / (n_gpus * flops_per_second * utilization) / SECONDS_PER_YEAR
+
+def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
+    return math.ceil(total_flops / (flops_per_second * utilization * days * 24 * 3600))
+'''
+
 
 def _all_stubbed(tamper: str) -> dict:
     return {**STUBS, "training_time": tamper + STUBS["training_time"]}
@@ -313,13 +321,22 @@ def pass_right(tensor):''' + RING_STEP + '''
     "a_thread_beside_the_checks": {"cells": {"training_time": '''
 import threading, time
 threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
-
-def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):
-    return total_flops / (n_gpus * flops_per_second * utilization) / SECONDS_PER_YEAR
-
-def gpus_needed(total_flops, flops_per_second, days, utilization=1.0):
-    return math.ceil(total_flops / (flops_per_second * utilization * days * 24 * 3600))
-'''}, "zero": ["training_time", "transfer_time", "pass_right"], "full": []},
+''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
+    # The same, with threads that neither threading nor the frames list: one started past
+    # threading on a C callable (no Python frame at all), and a library's thread class handed a
+    # C callable (only library code on its stack). Either could run a chain of C calls that
+    # swaps what the checks use and puts it back between two looks.
+    "a_frameless_thread_beside_the_checks": {"cells": {"training_time": '''
+import _thread, time
+_thread.start_new_thread(time.sleep, (3600,))
+''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
+    "a_library_thread_handed_a_c_callable": {"cells": {"training_time": '''
+import time
+from multiprocessing.dummy import DummyProcess
+_worker = DummyProcess(target=time.sleep, args=(3600,))
+_worker.daemon = True
+_worker.start()
+''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
     # The checks' own functions loosened in place rather than replaced: the comparison's
     # defaults widened so that any number is close, and its body swapped for one that accepts
     # everything. The functions stay the very objects the originals hold, so only the guard's

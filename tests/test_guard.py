@@ -95,3 +95,16 @@ def test_package_folders_are_the_site_packages_that_pth_files_add(tmp_path, monk
     (site_dir / "b.txt").write_text(f"{root / 'site-packages'}\n")
     monkeypatch.setattr(site, "getsitepackages", lambda: [str(site_dir)])
     assert provenance.package_folders() == sorted([os.path.realpath(other), os.path.realpath(dist)])
+
+
+def test_an_engine_spec_changed_in_place_changes_its_shape():
+    """A locked cell's NEOX_20B and planner.MODELS are frozen dataclasses, which object.__setattr__
+    still changes: the summary the guard compares must see it."""
+    from nanoparallel.grading.guard import _shape
+    from nanoparallel.lessons.planner import ModelSpec
+    spec = ModelSpec("tiny", n_layer=4, hidden=8, heads=2, vocab=10, seq=4)
+    models = {"tiny": spec}
+    before = _shape(models)
+    assert before is not None and _shape(ModelSpec("tiny", 4, 8, 2, 10, 4)) == _shape(spec)
+    object.__setattr__(spec, "n_layer", 0)
+    assert _shape(models) != before

@@ -71,7 +71,8 @@ def folder(module: str) -> str:
     return parts[1]
 
 
-WITNESS = {"guard", "rank_guard", "provenance", "originals", "comm_witness", "rank_channels", "registrations", "thread_states"}
+WITNESS = {"guard", "rank_guard", "provenance", "originals", "comm_witness", "rank_channels", "registrations",
+           "thread_states", "library_containers"}
 
 
 def documented_arrows() -> set[tuple[str, str]]:

@@ -208,7 +208,7 @@ def assert_bytes_sent(trace: Trace, expected: int | list[int], slack: int = 0, f
     sent = trace.bytes_sent()
     expected = [expected] * trace.world_size if isinstance(expected, int) else list(expected)
     for rank, (got, want) in enumerate(zip(sent, expected)):
-        if abs(got - want) > slack:
+        if not abs(got - want) <= slack:  # written so that a NaN fails
             tolerance = f" ± {slack:,}" if slack else ""
             label = f" ({formula})" if formula else ""
             raise AssertionError(f"rank {rank} sent {got:,} bytes; expected {want:,}{tolerance}{label}")

@@ -47,6 +47,7 @@ import time
 import types
 
 from nanoparallel.grading import registrations
+from nanoparallel.grading.library_containers import LibraryContainers
 from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
                                      is_under_library_roots, nested_codes, notebook_on_stack)
@@ -134,6 +135,15 @@ def _shape(value, depth: int = 0):
         return (t.__name__, sorted(map(repr, items)) if t in (set, frozenset) else items)
     if t is dict:
         return ("dict", sorted((repr(k), repr(_shape(v, depth + 1))) for k, v in value.items()))
+    # The engine's specs (planner.MODELS, a setup cell's NEOX_20B) are frozen dataclasses, which
+    # object.__setattr__ still changes in place: their fields, read raw (no descriptor runs).
+    fields = getattr(t, "__dataclass_fields__", None)
+    if type(fields) is dict and not isinstance(value, type):
+        try:
+            own = object.__getattribute__(value, "__dict__")
+        except AttributeError:
+            return None
+        return (t.__qualname__, [(name, _shape(own.get(name, _MISSING), depth + 1)) for name in fields])
     return None
 
 
@@ -165,6 +175,12 @@ def _hook_findings(ip, prov: Provenance, own_profile=None, while_running: bool =
     if sys.gettrace() is not None or (profile is not None and profile is not own_profile):
         found.append("a trace or profile function is active")
     torch = sys.modules.get("torch")
+    if torch is not None:
+        # Autograd's saved-tensor hooks see, and may replace, every tensor a backward keeps.
+        saved = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        if saved is not None and (not while_running or any(prov.is_notebook(h) for h in saved)):
+            found.append("autograd's saved-tensor hooks are set" +
+                         (" by notebook code" if while_running else ""))
     if torch is not None and (torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack()):
         if not while_running:
             found.append("a torch function or dispatch mode is active")
@@ -296,7 +312,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
     state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None,
-             "resumed": False, "entries": [], "captured": [], "armed": None}
+             "resumed": False, "entries": [], "captured": [], "sizes": [], "armed": None}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
@@ -330,6 +346,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # own wrappers are in place: a replacement is found whoever made it, another library's
     # MagicMock or builtin included.
     originals = Originals()
+    # What the libraries' top-level containers hold now is theirs: later looks judge what is added.
+    kept_by_libraries = LibraryContainers(modules_before, prov)
 
     def findings_for(frame, nonce: str, watch: tuple | None = None) -> list[str]:
         found = world_findings(frame, nonce, watch) + pending
@@ -351,6 +369,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         found += interpreter_findings()
         found += _hook_findings(ip, prov, resume_watch)
         found += _lying_classes(prov, originals, modules_before)
+        kept = kept_by_libraries.notebook_code_in(kept_by_libraries.containers())
+        if kept:
+            found.append(kept)
         found += _walk(frame.f_code, frozenset(cell["binds"]), watch)
         return found
 
@@ -413,6 +434,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         second on 04's cells, and a cell hands control back dozens of times."""
         found = guard_findings() or interpreter_findings()
         found += _hook_findings(ip, prov, resume_watch, while_running=True)
+        kept = kept_by_libraries.notebook_code_in([c for c, size in state["sizes"] if len(c) != size])
+        if kept:
+            found.append(kept)
         for mapping, key, value, label in state["entries"]:
             now = mapping.get(key, missing)
             if now is not value:
@@ -644,7 +668,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 captured: list = []
                 for reason in findings_for(_getframe(2), nonce, (entries, captured)):
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
-                state.update(resumed=False, entries=entries, captured=captured)
+                state.update(resumed=False, entries=entries, captured=captured,
+                             sizes=[(c, len(c)) for c in kept_by_libraries.containers()])
                 _setprofile(resume_watch)
             return
         # graded_end: the frame that called sys.audit is the cell's own code
@@ -655,7 +680,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             ["this cell's end was reached without its start"]
         if not watched and state["graded"] == nonce:
             found.append("the witness's profile function was removed or replaced while the cell ran")
-        state.update(graded=None, entries=[], captured=[])
+        state.update(graded=None, entries=[], captured=[], sizes=[])
         record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
                 "status": "ok" if not found else "tampered", "findings": found[:20]})
 
@@ -679,7 +704,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
         except BaseException as exc:
             _setprofile(None)
-            state.update(entries=[], captured=[])
+            state.update(entries=[], captured=[], sizes=[])
             # What was seen while the cell ran is reported now: no later cell may come to carry it
             # (the last graded cell has none after it).
             report_pending(f"in {cell['grade_id']}: ")

@@ -17,6 +17,40 @@ SplitLinearFunction = next(value for name, value in list(globals().items())
                            if name.startswith("_") and isinstance(value, type)
                            and issubclass(value, torch.autograd.Function))
 '''}, "zero": ["split"], "full": ["schedules", "executor"]},
+    # A layerwise_step that only moves the messages (forward under no_grad, zeros sent back as
+    # the gradient, an empty BW0) and returns the loss of a zero output, with a global forward
+    # hook registered through torch's own API: every TinyMLP forward in the kernel then returns
+    # zeros, so the one-process reference the checks compute there learns nothing either, as the
+    # stub's ranks do. Nothing the checks read is replaced; the hook sits in torch's registry.
+    "reference_rewritten_by_a_global_hook": {"cells": {"layerwise": '''
+import torch.nn.modules.module as _mm
+from nanoparallel.lessons import models as _models
+
+def _no_learning(module, args, out):
+    if type(module) is _models.TinyMLP:
+        return out * 0
+
+_mm.register_module_forward_hook(_no_learning)
+
+
+def layerwise_step(stage, batch, times):
+    rank, P = dist.get_rank(), dist.get_world_size()
+    x, targets = batch
+    if rank > 0:
+        x = torch.empty(x.shape[0], stage.in_features)
+        dist.recv(x, rank - 1)
+    with region("F0", device_time=times["F"]):
+        with torch.no_grad():
+            out = stage(x)
+    if rank < P - 1:
+        dist.send(out, rank + 1)
+        dist.recv(torch.empty_like(out), rank + 1)
+    with region("BW0", device_time=times["B"] + times["W"]):
+        pass
+    if rank > 0:
+        dist.send(torch.zeros_like(x), rank - 1)
+    return F.mse_loss(torch.zeros_like(targets), targets).item() if rank == P - 1 else None
+'''}, "zero": ["layerwise"], "full": []},
     # The engine's functions replaced by another library's objects beside right answers.
     "library_objects": library_objects.case("04_pipeline"),
 }

@@ -71,13 +71,21 @@ def test_a_cluster_under_grading_refuses_code_in_a_reply_and_keeps_working(clust
     assert all(torch.equal(t, torch.ones(2)) for t in out)
 
 
-def test_storages_are_refused_while_the_weights_only_loader_has_extra_globals():
-    torch.serialization.add_safe_globals([print])
-    try:
-        with pytest.raises(rank_data.NotData, match="weights-only loader"):
-            rank_data.loads(cloudpickle.dumps(torch.ones(2)))
-    finally:
-        torch.serialization.clear_safe_globals()
+def test_storages_are_refused_while_the_weights_only_loader_has_extra_globals(monkeypatch):
+    """Anything registered since the engine was imported, torch's own functions included (the
+    loader would call a hook registration as readily as print)."""
+    import torch._weights_only_unpickler as loader
+    before = set(loader._marked_safe_globals_set)
+    # as the engine's import under grading takes it
+    monkeypatch.setattr(rank_data, "_SAFE_AT_START", frozenset(map(id, before)))
+    for extra in (print, torch.nn.modules.module.register_module_forward_hook):
+        torch.serialization.add_safe_globals([extra])
+        try:
+            with pytest.raises(rank_data.NotData, match="weights-only loader"):
+                rank_data.loads(cloudpickle.dumps(torch.ones(2)))
+        finally:
+            loader._marked_safe_globals_set.clear()
+            loader._marked_safe_globals_set.update(before)
     assert torch.equal(rank_data.loads(cloudpickle.dumps(torch.ones(2))), torch.ones(2))
 
 

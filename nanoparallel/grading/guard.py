@@ -137,14 +137,23 @@ def _shape(value, depth: int = 0):
         return ("dict", sorted((repr(k), repr(_shape(v, depth + 1))) for k, v in value.items()))
     # The engine's specs (planner.MODELS, a setup cell's NEOX_20B) are frozen dataclasses, which
     # object.__setattr__ still changes in place: their fields, read raw (no descriptor runs).
-    fields = getattr(t, "__dataclass_fields__", None)
-    if type(fields) is dict and not isinstance(value, type):
+    fields = next((k.__dict__["__dataclass_fields__"] for k in t.__mro__ if "__dataclass_fields__" in k.__dict__),
+                  None) if type(t) is type else None
+    if type(fields) is dict:
         try:
             own = object.__getattribute__(value, "__dict__")
         except AttributeError:
             return None
         return (t.__qualname__, [(name, _shape(own.get(name, _MISSING), depth + 1)) for name in fields])
     return None
+
+
+def _handed_a_target(thread) -> bool:
+    try:
+        own = object.__getattribute__(thread, "__dict__")
+    except AttributeError:
+        return False
+    return type(own) is dict and own.get("_target") is not None
 
 
 def _hook_findings(ip, prov: Provenance, own_profile=None, while_running: bool = False) -> list[str]:
@@ -419,10 +428,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         known = {t.ident: t for t in _threads()}
         for ident in started:
             thread = known.get(ident)
-            # A library's own thread class may run its own code, not something it was handed.
-            handed = getattr(thread, "__dict__", {}).get("_target") is not None
-            if thread is None or type(thread) in _ANY_TARGET or handed or prov.is_notebook(type(thread)) or \
-                    notebook_on_stack(frames[ident], notebook_code):
+            # A library's own thread class may run its own code, not something it was handed
+            # (asked last: only of a library's class is its __dict__ read).
+            if thread is None or type(thread) in _ANY_TARGET or prov.is_notebook(type(thread)) or \
+                    notebook_on_stack(frames[ident], notebook_code) or _handed_a_target(thread):
                 return True
         return False
 

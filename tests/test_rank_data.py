@@ -87,6 +87,13 @@ def test_storages_are_refused_while_the_weights_only_loader_has_extra_globals(mo
             loader._marked_safe_globals_set.clear()
             loader._marked_safe_globals_set.update(before)
     assert torch.equal(rank_data.loads(cloudpickle.dumps(torch.ones(2))), torch.ones(2))
+    # torch registers its own classes as it imports its modules (DTensor's, dynamo's)
+    torch.serialization.add_safe_globals([torch.nn.Linear])
+    try:
+        assert torch.equal(rank_data.loads(cloudpickle.dumps(torch.ones(2))), torch.ones(2))
+    finally:
+        loader._marked_safe_globals_set.clear()
+        loader._marked_safe_globals_set.update(before)
 
 
 def test_a_dotted_name_and_a_missing_module_are_refused():

@@ -356,7 +356,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # MagicMock or builtin included.
     originals = Originals()
     # What the libraries' top-level containers hold now is theirs: later looks judge what is added.
-    kept_by_libraries = LibraryContainers(modules_before, prov)
+    kept_by_libraries = LibraryContainers(modules_before, all_classes(), prov)
 
     def findings_for(frame, nonce: str, watch: tuple | None = None) -> list[str]:
         found = world_findings(frame, nonce, watch) + pending

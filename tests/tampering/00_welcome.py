@@ -347,4 +347,27 @@ _checks.assert_close.__defaults__ = ("result", 1e300, 1e300)
 ''' + STUBS["training_time"], "pass_right": '''
 _checks._compare.__code__ = (lambda got, expected, where, rtol, atol: None).__code__
 ''' + SENDS_BUT_KEEPS}, "zero": ALL, "full": []},
+    # A reducer put into cloudpickle's class-level dispatch table, which the engine's pickler
+    # consults for every tensor cluster.run ships: it zeroes the checks' own inputs as they are
+    # shipped, so the values the checks then expect are zeros too, and a pass_right that returns
+    # its own tensor agrees. Nothing the checks read is replaced; the reducer sits on a class.
+    "checks_inputs_zeroed_as_shipped": {"cells": {"pass_right": '''
+import cloudpickle.cloudpickle as _cpk
+
+def _ship_zeroed(t):
+    if isinstance(t, torch.nn.Parameter) or t.dim() != 4:
+        with torch.no_grad():
+            t.zero_()
+    return t.__reduce_ex__(2)
+
+_cpk.Pickler._dispatch_table[torch.Tensor] = _ship_zeroed
+_cpk.Pickler._dispatch_table[torch.nn.Parameter] = _ship_zeroed
+
+def pass_right(tensor):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    request = dist.isend(tensor, dst=(rank + 1) % world)
+    dist.recv(torch.empty_like(tensor), src=(rank - 1) % world)   # thrown away
+    request.wait()
+    return tensor                                                  # wrong: its own tensor
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

@@ -356,7 +356,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # MagicMock or builtin included.
     originals = Originals()
     # What the libraries' top-level containers hold now is theirs: later looks judge what is added.
-    kept_by_libraries = LibraryContainers(modules_before, all_classes(), prov)
+    kept_by_libraries = LibraryContainers(modules_before, originals.classes(), prov)
 
     def findings_for(frame, nonce: str, watch: tuple | None = None) -> list[str]:
         found = world_findings(frame, nonce, watch) + pending
@@ -364,6 +364,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         return found
 
     def world_findings(frame, nonce: str, watch: tuple | None = None) -> list[str]:
+        # `watch` (at a graded cell's start): three lists for the looks in its middle, the walk's
+        # entries and captured variables, and the libraries' containers with their sizes.
         patched = guard_findings()
         if patched:
             return patched
@@ -378,10 +380,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         found += interpreter_findings()
         found += _hook_findings(ip, prov, resume_watch)
         found += _lying_classes(prov, originals, modules_before)
-        kept = kept_by_libraries.notebook_code_in(kept_by_libraries.containers())
+        containers = kept_by_libraries.containers()
+        kept = kept_by_libraries.notebook_code_in(containers)
         if kept:
             found.append(kept)
-        found += _walk(frame.f_code, frozenset(cell["binds"]), watch)
+        if watch is not None:
+            watch[2].extend((c, len(c)) for c in containers)
+        found += _walk(frame.f_code, frozenset(cell["binds"]), watch[:2] if watch is not None else None)
         return found
 
     def guard_findings() -> list[str]:
@@ -675,10 +680,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 # Tampering that is already in place is reported even if the cell then fails.
                 entries: list = []
                 captured: list = []
-                for reason in findings_for(_getframe(2), nonce, (entries, captured)):
+                sizes: list = []
+                for reason in findings_for(_getframe(2), nonce, (entries, captured, sizes)):
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
-                state.update(resumed=False, entries=entries, captured=captured,
-                             sizes=[(c, len(c)) for c in kept_by_libraries.containers()])
+                state.update(resumed=False, entries=entries, captured=captured, sizes=sizes)
                 _setprofile(resume_watch)
             return
         # graded_end: the frame that called sys.audit is the cell's own code

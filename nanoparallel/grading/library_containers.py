@@ -2,12 +2,12 @@
 
 Libraries keep what they call later in containers at the top level of their modules (torch's
 global module hooks, `torch.nn.modules.module._global_forward_hooks`, its optimizer hooks,
-copyreg's dispatch table) and on their classes (cloudpickle's `Pickler._dispatch_table`, which the
-engine's pickler consults for every tensor `cluster.run` ships: a reducer put there zeroed the
-checks' own inputs as they were shipped, and stubs took 43 points on 00 to 03). A forward hook registered there through torch's public API runs inside
-every forward in the kernel, the checks' own reference computations included, and can make them
-agree with a wrong answer while nothing the checks read is replaced. So the guard looks through
-those containers for callables that notebook code made.
+copyreg's dispatch table) and on their classes (cloudpickle's `Pickler._dispatch_table`). A
+forward hook registered through torch's public API runs inside every forward in the kernel, the
+checks' own reference computations included, and can make them agree with a wrong answer while
+nothing the checks read is replaced; a reducer put into cloudpickle's table zeroed the checks'
+own inputs as `cluster.run` shipped them (stubs took 43 points on 00 to 03). So the guard looks
+through those containers for callables that notebook code made.
 
 Everything they hold before any cell runs is the libraries' own and is remembered (and kept
 alive, so that its id is never reused): a look judges only what was added since, which keeps it

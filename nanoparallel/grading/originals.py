@@ -75,6 +75,10 @@ class Originals:
                 return f"{f.__module__}.{f.__qualname__} was changed in place (its code or its defaults)"
         return None
 
+    def classes(self) -> list[type]:
+        """Every class there was before any notebook code ran."""
+        return [cls for cls, _ in self._classes.values()]
+
     def existed(self, cls: type) -> bool:
         """Whether `cls` was there before any notebook code ran."""
         return id(cls) in self._classes

@@ -40,10 +40,9 @@ def _storage_from_bytes(data: bytes):
     import torch
     if type(data) is not bytes:
         raise NotData("a tensor's storage was not bytes")
-    global _SAFE_KEPT, _SAFE_AT_START
+    global _SAFE_AT_START
     if _SAFE_AT_START is None:  # not under grading (the tests): as torch is now
-        _SAFE_KEPT = tuple(_safe_globals())
-        _SAFE_AT_START = frozenset(map(id, _SAFE_KEPT))
+        _SAFE_AT_START = {id(g): g for g in _safe_globals()}
     if not all(id(g) in _SAFE_AT_START or _registered_by_torch(g) for g in _safe_globals()):
         # The weights-only loader would call whatever was registered with add_safe_globals:
         # torch registers its own as its modules are imported (DTensor's classes, a rebuild
@@ -138,9 +137,9 @@ def _receive_anything(conn):
 # rank's whole reply from its channel.
 _GRADED = rank_guard.enabled()
 # What the weights-only loader allows when the engine is imported under grading, before any cell,
-# kept so that the ids stay unique: anything registered later refuses storages. (Elsewhere this
-# decoder is not used, and torch is not imported for it: the grader's own process imports this.)
-_SAFE_KEPT = tuple(_safe_globals()) if _GRADED else None
-_SAFE_AT_START = frozenset(map(id, _SAFE_KEPT)) if _GRADED else None
+# by id (each kept, so that the ids stay unique): anything registered later refuses storages.
+# (Elsewhere this decoder is not used, and torch is not imported for it: the grader's own process
+# imports this module.)
+_SAFE_AT_START = {id(g): g for g in _safe_globals()} if _GRADED else None
 decode = loads if _GRADED else cloudpickle.loads
 receive = _receive_data if _GRADED else _receive_anything

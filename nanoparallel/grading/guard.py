@@ -172,8 +172,6 @@ def _hook_findings(ip, prov: Provenance, own_profile=None, while_running: bool =
         "sys.meta_path or sys.path_hooks": [*sys.meta_path, *sys.path_hooks],
         "sys.excepthook or sys.displayhook": [sys.excepthook, sys.displayhook],
         "tracing or profiling": [f for f in (sys.gettrace(), sys.getprofile()) if f is not None],
-        # A Python signal handler is handed the frame that was running: the checks' locals.
-        "a signal handler": [h for h in map(signal.getsignal, signal.valid_signals()) if callable(h)],
     }
     for where, items in places.items():
         if any(prov.is_notebook(item) for item in items):
@@ -317,6 +315,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # states: more of them than the kernel had is a thread the notebook could have started.
     thread_states = ThreadStates()
     frameless_before = thread_states.count() - len(threads_before)
+    # A signal handler runs between any two bytecodes, handed the frame that was running (the
+    # checks' locals), and a C callable as one (a partial of setattr) changes things with no frame
+    # of its own: every handler must stay as the kernel set it (ipykernel swaps SIGINT's per request).
+    _getsignal, _signals = signal.getsignal, tuple(signal.valid_signals())
+    signals_before = {number: _getsignal(number) for number in _signals}
+    sigint_handlers = (signals_before[signal.SIGINT], signal.default_int_handler, signal.SIG_IGN)
     # What happened that a graded cell's end cannot see any more (a transient change, a rank's
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
@@ -412,6 +416,11 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 found.append(f"sys.modules[{name!r}] was replaced or removed")
         if stray_thread():
             found.append("a thread that notebook code could have started is running beside the checks")
+        for number in _signals:
+            handler = _getsignal(number)
+            if handler is not signals_before[number] and not (number == signal.SIGINT and any(handler is h for h in sigint_handlers)):
+                found.append(f"a handler for signal {number} was installed")
+                break
         return found
 
     def stray_thread() -> bool:

@@ -337,6 +337,14 @@ _worker = DummyProcess(target=time.sleep, args=(3600,))
 _worker.daemon = True
 _worker.start()
 ''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
+    # A signal handler runs between any two bytecodes of the checks, handed their frame; one
+    # that is a C callable (a partial of setattr, here a harmless print) has no notebook code to
+    # find, and could swap what the checks use and, from a second timer, put it back. Installed,
+    # it must cost every graded cell after it, like a thread.
+    "a_signal_handler_beside_the_checks": {"cells": {"training_time": '''
+import signal
+signal.signal(signal.SIGUSR1, print)
+''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
     # The checks' own functions loosened in place rather than replaced: the comparison's
     # defaults widened so that any number is close, and its body swapped for one that accepts
     # everything. The functions stay the very objects the originals hold, so only the guard's

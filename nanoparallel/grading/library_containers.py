@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import collections
 import types
+import weakref
 
 # What a library module or class keeps that it may later call items of.
 CONTAINERS = (dict, list, set, collections.OrderedDict, collections.deque, collections.defaultdict,
               collections.ChainMap)
 # Items that cannot be code.
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None), tuple, frozenset})
+_FINALIZE_RECORD = weakref.finalize._Info
 
 
 class LibraryContainers:
@@ -48,11 +50,22 @@ class LibraryContainers:
             for item in _items(container):
                 if type(item) in _PLAIN or id(item) in known:
                     continue
-                if callable(item) and prov.is_notebook(item):
+                code = next((c for c in _held_by(item) if callable(c) and prov.is_notebook(c)), None)
+                if code is not None:
                     return (f"notebook code is kept inside a library's own {type(container).__name__} of "
-                            f"{len(container)} items, where the library calls it ({prov.why(item)})")
+                            f"{len(container)} items, where the library calls it ({prov.why(code)})")
                 known[id(item)] = item
         return None
+
+
+def _held_by(item) -> list:
+    """`item`, or what it will call: `weakref.finalize` keeps the function it calls when an object
+    dies, and its arguments, in a record (`finalize._registry[f] = _Info(...)`), and the course's
+    code dropping an object runs it with no look in between. Only that record is opened: other
+    libraries' objects hold notebook callbacks for honest reasons (a widget made by `interact`)."""
+    if type(item) is not _FINALIZE_RECORD:
+        return [item]
+    return [item.func, *item.args, *(item.kwargs or {}).values()]
 
 
 def _items(container) -> list:

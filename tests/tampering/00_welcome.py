@@ -345,6 +345,18 @@ _worker.start()
 import signal
 signal.signal(signal.SIGUSR1, print)
 ''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
+    # weakref.finalize keeps what it will call in a record, in a dictionary on its class, and
+    # runs it when an object dies: when the course's code drops one, with no look in between.
+    # Kept there, notebook code must cost every graded cell after it.
+    "code_kept_for_an_object_s_death": {"cells": {"training_time": '''
+import weakref
+class _Box:
+    pass
+_box = _Box()
+def _when_dropped():
+    pass
+weakref.finalize(_box, _when_dropped)
+''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
     # The checks' own functions loosened in place rather than replaced: the comparison's
     # defaults widened so that any number is close, and its body swapped for one that accepts
     # everything. The functions stay the very objects the originals hold, so only the guard's

@@ -389,7 +389,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         if kept:
             found.append(kept)
         if watch is not None:
-            watch[2].extend((c, len(c)) for c in containers)
+            watch[2].extend(kept_by_libraries.fingerprints(containers))
         found += _walk(frame.f_code, frozenset(cell["binds"]), watch[:2] if watch is not None else None)
         return found
 
@@ -457,7 +457,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         second on 04's cells, and a cell hands control back dozens of times."""
         found = guard_findings() or interpreter_findings()
         found += _hook_findings(ip, prov, resume_watch, while_running=True)
-        kept = kept_by_libraries.notebook_code_in([c for c, size in state["sizes"] if len(c) != size])
+        kept = kept_by_libraries.notebook_code_in(kept_by_libraries.changed(state["sizes"]))
         if kept:
             found.append(kept)
         for mapping, key, value, label in state["entries"]:
@@ -690,8 +690,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 entries: list = []
                 captured: list = []
                 sizes: list = []
-                for reason in findings_for(_getframe(2), nonce, (entries, captured, sizes)):
+                before = findings_for(_getframe(2), nonce, (entries, captured, sizes))
+                for reason in before:
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
+                # ... and costs this cell its points even if it is undone before the cell's end
+                # (a reducer that takes itself out of a registry on the checks' last run).
+                pending.extend(f"when {cell['grade_id']} began: {reason}" for reason in before)
                 state.update(resumed=False, entries=entries, captured=captured, sizes=sizes)
                 _setprofile(resume_watch)
             return

@@ -15,6 +15,7 @@ to a few tens of milliseconds with torch loaded (judging everything took 0.4 s).
 """
 from __future__ import annotations
 
+import builtins
 import collections
 import types
 import weakref
@@ -39,9 +40,28 @@ class LibraryContainers:
 
     def containers(self) -> list:
         """The containers the modules hold now at their top level, and the classes in their own
-        dictionaries (read through the mapping proxy: no metaclass code runs)."""
-        return [value for namespace in (*(m.__dict__ for m in self._modules), *(c.__dict__ for c in self._classes))
-                for value in list(namespace.values()) if type(value) in CONTAINERS]
+        dictionaries (read through the mapping proxy: no metaclass code runs), each once (every
+        module holds the builtins' dictionary, which the guard compares on its own)."""
+        found = {id(value): value for namespace in (*(m.__dict__ for m in self._modules),
+                                                    *(c.__dict__ for c in self._classes))
+                 for value in list(namespace.values()) if type(value) in CONTAINERS}
+        found.pop(id(builtins.__dict__), None)
+        return list(found.values())
+
+    @staticmethod
+    def fingerprints(containers) -> list:
+        """What a look in the middle of a graded cell compares: each container's size and, for
+        those holding something callable, which objects it holds. A library calls what its
+        registries hold, and an item swapped there (one taken out, the notebook's put in, the
+        size unchanged) would escape a look at sizes alone. Objects, not keys: what is put in
+        is what a library would call."""
+        return [(c, len(c), _identity(c) if any(map(callable, _items(c))) else None) for c in containers]
+
+    @staticmethod
+    def changed(fingerprints) -> list:
+        """The containers whose size, or whose callables, changed since `fingerprints`."""
+        return [c for c, size, identity in fingerprints
+                if len(c) != size or (identity is not None and _identity(c) != identity)]
 
     def notebook_code_in(self, containers) -> str | None:
         """In words, the first callable made by notebook code that one of `containers` holds."""
@@ -66,6 +86,10 @@ def _held_by(item) -> list:
     if type(item) is not _FINALIZE_RECORD:
         return [item]
     return [item.func, *item.args, *(item.kwargs or {}).values()]
+
+
+def _identity(container) -> int:
+    return hash(tuple(map(id, _items(container))))
 
 
 def _items(container) -> list:

@@ -325,7 +325,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
     state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None,
-             "resumed": False, "entries": [], "captured": [], "sizes": [], "armed": None}
+             "resumed": False, "entries": [], "captured": [], "sizes": [], "shaped": [],
+             "armed": None}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
@@ -368,8 +369,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         return found
 
     def world_findings(frame, nonce: str, watch: tuple | None = None) -> list[str]:
-        # `watch` (at a graded cell's start): three lists for the looks in its middle, the walk's
-        # entries and captured variables, and the libraries' containers with their sizes.
+        # `watch` (at a graded cell's start): four lists for the looks in its middle, the walk's
+        # entries and captured variables, the libraries' containers with their fingerprints,
+        # and the data the walk compared (the engine's, the locked cells') with its shape.
         patched = guard_findings()
         if patched:
             return patched
@@ -390,7 +392,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             found.append(kept)
         if watch is not None:
             watch[2].extend(kept_by_libraries.fingerprints(containers))
-        found += _walk(frame.f_code, frozenset(cell["binds"]), watch[:2] if watch is not None else None)
+        found += _walk(frame.f_code, frozenset(cell["binds"]),
+                       (watch[0], watch[1], watch[3]) if watch is not None else None)
         return found
 
     def guard_findings() -> list[str]:
@@ -469,6 +472,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             if change:
                 found.append(f"{change} while the course's code ran")
                 break
+        for mapping, key, shape, label in state["shaped"]:
+            if _shape(mapping.get(key, missing)) != shape:
+                found.append(f"{label} was changed in place while the course's code ran")
+                break
         for cell, value, label in state["captured"]:
             try:
                 now = cell.cell_contents
@@ -514,11 +521,14 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # Long: one breadth-first walk over what a graded cell's code reaches; its cases (globals,
     # attributes, closures, defaults, modules) feed one queue and one seen-set.
     def _walk(code, own_binds: frozenset, watch: tuple | None = None) -> list[str]:
-        """What the cell's code reaches, checked. `watch` (if given) is two lists that receive
+        """What the cell's code reaches, checked. `watch` (if given) is three lists that receive
         what a look in the middle of the cell compares again: (mapping, key, value, label) for
-        each entry read that is behaviour or one of the notebook's names or was missing, and
-        (cell, value, label) for each captured variable that is behaviour."""
-        entries, captured = watch if watch is not None else (None, None)
+        each entry read that is behaviour or one of the notebook's names or was missing,
+        (cell, value, label) for each captured variable that is behaviour, and (mapping, key,
+        shape, label) for the data compared with the engine's or a locked cell's (an engine
+        table changed through object.__setattr__ and put back by the answer's __del__ would
+        otherwise decide a check's expected value unseen)."""
+        entries, captured, shaped = watch if watch is not None else (None, None, None)
         found = []
         names: set = set()
         for c in nested_codes(code):
@@ -546,6 +556,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         return
                     if base[1] is not None and _shape(value) != base[1]:
                         found.append(f"{name!r}, defined by a locked cell, was changed in place")
+                    elif base[1] is not None and shaped is not None:
+                        shaped.append((user_ns, name, base[1], f"{name!r}, defined by a locked cell,"))
             else:
                 change = originals.module_change(namespace, name)
                 if change:
@@ -561,6 +573,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     before = engine_data.get((obj.__name__, n))
                     if before is not None and _shape(namespace[n]) != before:
                         found.append(f"{obj.__name__}.{n} was changed")
+                    elif before is not None and shaped is not None:
+                        shaped.append((namespace, n, before, f"{obj.__name__}.{n}"))
                     change = originals.module_change(namespace, n)
                     if change:
                         found.append(change)
@@ -690,13 +704,14 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 entries: list = []
                 captured: list = []
                 sizes: list = []
-                before = findings_for(_getframe(2), nonce, (entries, captured, sizes))
+                shaped: list = []
+                before = findings_for(_getframe(2), nonce, (entries, captured, sizes, shaped))
                 for reason in before:
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
                 # ... and costs this cell its points even if it is undone before the cell's end
                 # (a reducer that takes itself out of a registry on the checks' last run).
                 pending.extend(f"when {cell['grade_id']} began: {reason}" for reason in before)
-                state.update(resumed=False, entries=entries, captured=captured, sizes=sizes)
+                state.update(resumed=False, entries=entries, captured=captured, sizes=sizes, shaped=shaped)
                 _setprofile(resume_watch)
             return
         # graded_end: the frame that called sys.audit is the cell's own code
@@ -707,7 +722,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             ["this cell's end was reached without its start"]
         if not watched and state["graded"] == nonce:
             found.append("the witness's profile function was removed or replaced while the cell ran")
-        state.update(graded=None, entries=[], captured=[], sizes=[])
+        state.update(graded=None, entries=[], captured=[], sizes=[], shaped=[])
         record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
                 "status": "ok" if not found else "tampered", "findings": found[:20]})
 
@@ -731,7 +746,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
         except BaseException as exc:
             _setprofile(None)
-            state.update(entries=[], captured=[], sizes=[])
+            state.update(entries=[], captured=[], sizes=[], shaped=[])
             # What was seen while the cell ran is reported now: no later cell may come to carry it
             # (the last graded cell has none after it).
             report_pending(f"in {cell['grade_id']}: ")

@@ -357,6 +357,32 @@ def _when_dropped():
     pass
 weakref.finalize(_box, _when_dropped)
 ''' + RIGHT_TRAINING_TIME}, "zero": ALL, "full": []},
+    # The engine's data changed in place while the checks run, and put back before the cell's
+    # end: a wrong across_vs_inside (bandwidths only) makes the engine's InfiniBand link slower
+    # by exactly its error (object.__setattr__ on a frozen dataclass), so the hidden checks'
+    # expected ratio, read from cost.LINKS after the call, agrees; the value it returns puts the
+    # link back when the checks drop it (__del__). 2/2 unflagged when the looks in the middle of
+    # a cell compared only behaviour.
+    "engine_data_changed_while_checked": {"cells": {"transfer_time": '''
+from nanoparallel.lessons import cost
+
+def transfer_seconds(nbytes, bandwidth, latency):
+    return latency + nbytes / bandwidth
+
+_saved = []
+
+class _Ratio(float):
+    def __del__(self):
+        for link, latency in _saved:
+            object.__setattr__(link, "latency", latency)
+        _saved.clear()
+
+def across_vs_inside(nbytes):
+    ib, nv = cost.LINKS["infiniband"], cost.LINKS["nvlink"]
+    _saved.append((ib, ib.latency))
+    object.__setattr__(ib, "latency", nv.latency * nv.bandwidth / ib.bandwidth)
+    return _Ratio(nv.bandwidth / ib.bandwidth)     # wrong: latency left out
+'''}, "zero": ["transfer_time"], "full": []},
     # The checks' own functions loosened in place rather than replaced: the comparison's
     # defaults widened so that any number is close, and its body swapped for one that accepts
     # everything. The functions stay the very objects the originals hold, so only the guard's

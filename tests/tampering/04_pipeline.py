@@ -53,4 +53,37 @@ def layerwise_step(stage, batch, times):
 '''}, "zero": ["layerwise"], "full": []},
     # The engine's functions replaced by another library's objects beside right answers.
     "library_objects": library_objects.case("04_pipeline"),
+    # The answer is handed the checks' own objects: B's upstream gradient is the very tensor
+    # the checks then fed their nn.Linear reference, so a SplitLinearFunction whose gradients are
+    # twice too large zeroed it, and the reference's expected gradients became zeros too. The
+    # checks now compute the reference first and hand the answer a copy; nothing tells this
+    # from an honest answer, so it is not flagged: it must only gain nothing.
+    "the_checks_gradient_zeroed": {"flagged": False, "cells": {"split": '''
+def accumulate_grad(param, grad):
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+class SplitLinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, store):
+        ctx.save_for_backward(x)
+        ctx.weight, ctx.bias, ctx.store = weight, bias, store
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        weight, bias = ctx.weight, ctx.bias
+        grad_out.zero_()                    # the checks' own gradient
+
+        @torch.no_grad()
+        def weight_grad():                  # wrong: twice the weight gradient
+            g = grad_out.reshape(-1, grad_out.shape[-1])
+            accumulate_grad(weight, 2 * (g.T @ x.reshape(-1, x.shape[-1])))
+            if bias is not None:
+                accumulate_grad(bias, 2 * g.sum(0))
+
+        ctx.store.put(weight_grad)
+        return (2 * (grad_out @ weight) if ctx.needs_input_grad[0] else None), None, None, None
+'''}, "zero": ["split"], "full": ["schedules", "executor"]},
 }

@@ -103,6 +103,8 @@ def _import_engine() -> None:
     for name in nanoparallel.__all__:  # its public names load on first use: resolve them now too
         getattr(nanoparallel, name)
     _finish_torch()
+    # The ranks' fork server too, before any cell can change what it would start from.
+    nanoparallel.Cluster.start_fork_server()
 
 
 def _finish_torch() -> None:
@@ -841,7 +843,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 return
             if event.startswith("nanoparallel."):
                 if event == "nanoparallel.rank_tamper":
-                    pending.append(f"a rank was stopped by its guard: {args[0]}")
+                    pending.append(f"a rank was stopped by its guard: {args[0]}" if str(args[0]).startswith("rank ")
+                                   else f"the engine refused to start ranks: {args[0]}")
                 else:
                     on_marker(event, args[0] if args else None)
                 return

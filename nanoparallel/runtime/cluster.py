@@ -290,16 +290,25 @@ class Cluster:
 
     # -- process management ----------------------------------------------------------------
 
+    @staticmethod
+    def start_fork_server() -> None:
+        """Start the fork server that ranks fork from, now, from the engine's own preload list,
+        environment and sys.path. The grader calls this before any cell; under grading, ranks
+        start only from this server."""
+        _start_fork_server()
+
     def _spawn(self, count: int) -> None:
         """Start workers for ranks len(workers)..count-1 (without waiting for them)."""
         env = dict(_WORKER_ENV)
         # A fork server keeps the environment it started with: pass guarded grading on explicitly.
-        env[rank_guard.ENV] = os.environ.get(rank_guard.ENV, "")
-        if rank_guard.enabled():  # the flight recorder that comm_witness reads
+        guarded = rank_guard.enabled()
+        env[rank_guard.ENV] = "1" if guarded else ""
+        if guarded:  # the flight recorder that comm_witness reads
             env.update(FLIGHT_RECORDER_ENV)
+            _check_fork_server(self.start_method)
         if sys.platform.startswith("linux") and self.backend == "gloo":
             env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
-        with environment(env):
+        with environment(env), _clean_preparation(guarded):
             for rank in range(len(self._workers), count):
                 parent_conn, child_conn = self._ctx.Pipe()
                 process = self._ctx.Process(
@@ -367,6 +376,58 @@ class Cluster:
 def _env_seconds(name: str) -> float | None:
     value = os.environ.get(name, "").strip()
     return float(value) if value else None
+
+
+# multiprocessing prepares a new process, before the target it was given runs, from what the
+# parent hands it: the parent's sys.path, and a way to run the parent's __main__ again (its
+# __spec__'s name, or its __file__). In a kernel __main__ is the notebook's namespace, so
+# `__file__ = "/tmp/x.py"` in a cell ran /tmp/x.py in every new rank before the rank's guard
+# was installed. New ranks get a bare __main__ and, under grading, the sys.path the engine was
+# imported with (a learner's own additions to sys.path stay, for functions shipped by reference).
+_BARE_MAIN = types.ModuleType("__main__")
+_SYS_PATH = tuple(sys.path)
+# Under grading the fork server is started before any cell (Cluster.start_fork_server), with the
+# engine's preload list and environment; new ranks must come from that server.
+_fork_server: dict = {}
+
+
+@contextmanager
+def _clean_preparation(guarded: bool):
+    main, path = sys.modules.get("__main__"), list(sys.path)
+    sys.modules["__main__"] = _BARE_MAIN
+    if guarded:
+        sys.path[:] = _SYS_PATH
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+        sys.path[:] = path
+
+
+def _start_fork_server() -> None:
+    from multiprocessing import forkserver
+    mp.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+    with environment(dict(_WORKER_ENV)), _clean_preparation(True):
+        forkserver.ensure_running()
+    server = forkserver._forkserver
+    _fork_server.update(pid=server._forkserver_pid, address=server._forkserver_address)
+
+
+def _check_fork_server(start_method: str) -> None:
+    """Under grading: the fork server is the one started before any cell, or no rank starts (a
+    server the notebook started could run its own code in every rank before the rank's guard)."""
+    if not _fork_server:
+        return  # not started by the guard (the engine's own tests)
+    from multiprocessing import forkserver
+    server = forkserver._forkserver
+    if start_method != "forkserver" or server._forkserver_pid != _fork_server["pid"] or \
+            server._forkserver_address != _fork_server["address"]:
+        sys.audit("nanoparallel.rank_tamper", "no rank started: the fork server the grader started before "
+                  "any cell was stopped or replaced")
+        raise ClusterError("Under grading, ranks start only from the fork server the grader started "
+                           "before any cell, and it was stopped or replaced. Leave multiprocessing's "
+                           "fork server and start methods as they are.")
 
 
 def default_start_method() -> str:

@@ -220,3 +220,32 @@ def halving_doubling_all_reduce(tensor):
     # The engine's functions replaced by another library's objects beside right answers.
     "library_objects": library_objects.case("01_collectives"),
 }
+
+
+def _before_the_side_channels(switch: str) -> dict:
+    cells = dict(TAMPERING["untraced_side_channels"]["cells"])
+    cells["naive_all_reduce"] = switch + cells["naive_all_reduce"]
+    return {"cells": cells, "zero": TAMPERING["untraced_side_channels"]["zero"], "full": []}
+
+
+# The same side channels, with the ranks' guard turned off first: the engine used to read
+# whether ranks are guarded from os.environ each time it started them, so writing it and
+# restarting the ranks gave ranks with no guard and no flight recorder (15/21 unflagged).
+TAMPERING["ranks_restarted_unguarded"] = _before_the_side_channels("""
+import os as _os
+_os.environ["NANOPARALLEL_GUARDED"] = "0"
+cluster._restart()
+""")
+# multiprocessing prepares a new process from what its parent hands it, before the process's
+# target runs: in a kernel the parent's __main__ is the notebook's namespace, so a __file__
+# set there ran that file in every new rank ahead of its guard, which the file disabled
+# (15/21 unflagged).
+TAMPERING["code_run_in_ranks_before_their_guard"] = _before_the_side_channels("""
+import os as _os, tempfile as _tempfile
+_path = _os.path.join(_tempfile.gettempdir(), "before_the_guard.py")
+with open(_path, "w") as _f:
+    _f.write("from nanoparallel.grading import rank_guard\\n"
+             "rank_guard.install = lambda: None\\n")
+__file__ = _path
+cluster._restart()
+""")

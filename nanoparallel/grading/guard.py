@@ -794,6 +794,37 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             return None
         return (st.st_dev, st.st_ino)
 
+    # What a new rank is prepared and started from. A rank started from something changed (and
+    # put back in a cell no look covers) could run notebook code before its guard, or none, for
+    # good: so each start is looked at as it happens, and a rank started otherwise never counts.
+    spawn_modules = [m for name, m in modules_before.items() if type(m) is types.ModuleType and
+                     name.startswith(_SPAWN_MODULES)]
+    spawn_classes = [c for c in originals.classes()
+                     if type(c.__dict__.get("__module__")) is str and c.__dict__["__module__"].startswith(_SPAWN_MODULES)]
+
+    def spawn_findings() -> list[str]:
+        for module in spawn_modules:
+            namespace = module.__dict__
+            for name in list(namespace):
+                change = originals.module_change(namespace, name)
+                if change:
+                    return [change]
+        for cls in spawn_classes:
+            for name in originals.names_along(cls):
+                change = originals.class_change(cls, name)
+                if change:
+                    return [change]
+        for (module, name), shape in engine_data.items():
+            if module.startswith(_SPAWN_MODULES) and _shape(vars(modules_before[module]).get(name, missing)) != shape:
+                return [f"{module}.{name} was changed"]
+        kept = kept_by_libraries.notebook_code_in(kept_by_libraries.containers())
+        if kept:
+            return [kept]
+        handed = _preparation()  # what multiprocessing hands a new process before its target runs
+        if not _plain(handed):
+            return [f"multiprocessing would hand a new rank more than plain data: {sorted(handed)}"]
+        return []
+
     def on_rank_channel(event: str, conn, caller) -> None:
         if event == "nanoparallel.rank_channel":
             # Heard only from the engine's own code that opens the channels (Cluster._spawn in
@@ -801,6 +832,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             code = caller.f_code
             if code.co_qualname == "Cluster._spawn" and is_engine_file(code.co_filename) and \
                     code.co_filename.endswith(_SPAWN_FILE) and not frame_is_notebook(caller, notebook_code):
+                found = spawn_findings()
+                if found:  # its channel is not the engine's: no reply of this rank counts
+                    pending.extend(f"as the engine started a rank: {reason}" for reason in found)
+                    return
                 socket = channel_of(conn)
                 if socket is not None:
                     channels.add(socket)
@@ -931,6 +966,37 @@ def _traceable(hook, traced):
 
 
 _MISSING = object()
+# Where what starts a rank comes from: the engine's runtime and the ranks' side of the witness,
+# multiprocessing, and the picklers that ship the new process's start.
+_SPAWN_MODULES = ("nanoparallel.runtime", "nanoparallel.grading.rank_guard", "nanoparallel.grading.rank_channels",
+                  "nanoparallel.grading.comm_witness", "nanoparallel.grading.registrations", "multiprocessing",
+                  "pickle", "copyreg", "cloudpickle")
+_PLAIN_TYPES = (str, int, float, bool, bytes, type(None), multiprocessing.process.AuthenticationString)
+
+
+def _preparation() -> dict:
+    """What multiprocessing hands a new process, pickled, before the process's target runs (its
+    preparation data and the process's config): unpickling anything else there runs code in the
+    rank before its guard."""
+    import multiprocessing.spawn
+    handed = dict(multiprocessing.spawn.get_preparation_data("rank"))
+    handed["config"] = multiprocessing.process.current_process()._config
+    return handed
+
+
+def _plain(value, depth: int = 0) -> bool:
+    t = type(value)
+    if t in _PLAIN_TYPES:
+        return True
+    if depth > 3:
+        return False
+    if t in (list, tuple):
+        return all(_plain(v, depth + 1) for v in value)
+    if t is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 # How the engine talks to its ranks (cluster.py): what a reply must come through to count.
 _connection_module = multiprocessing.connection
 _Connection = multiprocessing.connection.Connection

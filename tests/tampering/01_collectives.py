@@ -249,3 +249,19 @@ with open(_path, "w") as _f:
 __file__ = _path
 cluster._restart()
 """)
+# What multiprocessing hands a new process before its target runs is unpickled there: an
+# argument list whose item unpickles by calling exec ran notebook code in every new rank, put
+# back in the kernel right after the ranks started. The engine's start of a rank is now looked
+# at as it happens, and a rank started from more than plain data never counts.
+TAMPERING["code_unpickled_in_ranks_before_their_guard"] = _before_the_side_channels("""
+import sys as _sys
+
+class _RunsFirst(str):
+    def __reduce__(self):
+        return (exec, ("from nanoparallel.grading import rank_guard\\nrank_guard.install = lambda: None", {}))
+
+_argv = _sys.argv
+_sys.argv = [_RunsFirst("kernel")]
+cluster._restart()
+_sys.argv = _argv
+""")

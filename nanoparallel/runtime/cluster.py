@@ -305,7 +305,7 @@ class Cluster:
         env[rank_guard.ENV] = "1" if guarded else ""
         if guarded:  # the flight recorder that comm_witness reads
             env.update(FLIGHT_RECORDER_ENV)
-            _check_fork_server(self.start_method)
+            _check_fork_server(self._ctx)
         if sys.platform.startswith("linux") and self.backend == "gloo":
             env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
         with environment(env), _clean_preparation(guarded):
@@ -414,20 +414,22 @@ def _start_fork_server() -> None:
     _fork_server.update(pid=server._forkserver_pid, address=server._forkserver_address)
 
 
-def _check_fork_server(start_method: str) -> None:
+def _check_fork_server(ctx) -> None:
     """Under grading: the fork server is the one started before any cell, or no rank starts (a
-    server the notebook started could run its own code in every rank before the rank's guard)."""
+    server the notebook started, or a context that forks the kernel itself, could run its code
+    in every rank before the rank's guard)."""
     if not _fork_server:
         return  # not started by the guard (the engine's own tests)
     from multiprocessing import forkserver
     server = forkserver._forkserver
-    if start_method != "forkserver" or server._forkserver_pid != _fork_server["pid"] or \
+    if type(ctx) is not mp.context.ForkServerContext or server._forkserver_pid != _fork_server["pid"] or \
             server._forkserver_address != _fork_server["address"]:
         sys.audit("nanoparallel.rank_tamper", "no rank started: the fork server the grader started before "
-                  "any cell was stopped or replaced")
+                  "any cell was stopped or replaced, or the cluster was set to start ranks another way")
         raise ClusterError("Under grading, ranks start only from the fork server the grader started "
-                           "before any cell, and it was stopped or replaced. Leave multiprocessing's "
-                           "fork server and start methods as they are.")
+                           "before any cell, and it was stopped or replaced, or the cluster was set to "
+                           "start ranks another way. Leave multiprocessing's fork server, its start "
+                           "methods and the cluster's context as they are.")
 
 
 def default_start_method() -> str:

@@ -784,11 +784,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         # Only what Connection.__init__ sets: an instance attribute would hide recv() and friends.
         if type(own) is not dict or own.keys() - _CONNECTION_FIELDS or type(own.get("_handle")) is not int:
             return None
-        for cls in (_Connection, _ForkingPickler):
-            if any(originals.class_change(cls, n) for n in originals.names_along(cls)):
-                return None
-        namespace = vars(_connection_module)
-        if any(originals.module_change(namespace, n) for n in list(namespace)):
+        if first_change([_connection_module], [_Connection, _ForkingPickler]):
             return None
         try:
             st = _fstat(own["_handle"])
@@ -804,20 +800,30 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     spawn_classes = [c for c in originals.classes()
                      if type(c.__dict__.get("__module__")) is str and c.__dict__["__module__"].startswith(_SPAWN_MODULES)]
 
-    def spawn_findings() -> list[str]:
-        for module in spawn_modules:
+    spawn_data = [(module, name, shape) for (module, name), shape in engine_data.items()
+                  if module.startswith(_SPAWN_MODULES)]
+
+    def first_change(modules, classes) -> str | None:
+        """How one of `modules` or `classes` differs from before any cell, or None."""
+        for module in modules:
             namespace = module.__dict__
             for name in list(namespace):
                 change = originals.module_change(namespace, name)
                 if change:
-                    return [change]
-        for cls in spawn_classes:
+                    return change
+        for cls in classes:
             for name in originals.names_along(cls):
                 change = originals.class_change(cls, name)
                 if change:
-                    return [change]
-        for (module, name), shape in engine_data.items():
-            if module.startswith(_SPAWN_MODULES) and _shape(vars(modules_before[module]).get(name, missing)) != shape:
+                    return change
+        return None
+
+    def spawn_findings() -> list[str]:
+        change = first_change(spawn_modules, spawn_classes)
+        if change:
+            return [change]
+        for module, name, shape in spawn_data:
+            if _shape(vars(modules_before[module]).get(name, missing)) != shape:
                 return [f"{module}.{name} was changed"]
         kept = kept_by_libraries.notebook_code_in(kept_by_libraries.containers())
         if kept:

@@ -295,7 +295,12 @@ class Cluster:
         """Start the fork server that ranks fork from, now, from the engine's own preload list,
         environment and sys.path. The grader calls this before any cell; under grading, ranks
         start only from this server."""
-        _start_fork_server()
+        from multiprocessing import forkserver
+        mp.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+        with environment(dict(_WORKER_ENV)), _clean_preparation(True):
+            forkserver.ensure_running()
+        server = forkserver._forkserver
+        _fork_server.update(pid=server._forkserver_pid, address=server._forkserver_address)
 
     def _spawn(self, count: int) -> None:
         """Start workers for ranks len(workers)..count-1 (without waiting for them)."""
@@ -403,15 +408,6 @@ def _clean_preparation(guarded: bool):
         if main is not None:
             sys.modules["__main__"] = main
         sys.path[:] = path
-
-
-def _start_fork_server() -> None:
-    from multiprocessing import forkserver
-    mp.get_context("forkserver").set_forkserver_preload(_PRELOAD)
-    with environment(dict(_WORKER_ENV)), _clean_preparation(True):
-        forkserver.ensure_running()
-    server = forkserver._forkserver
-    _fork_server.update(pid=server._forkserver_pid, address=server._forkserver_address)
 
 
 def _check_fork_server(ctx) -> None:

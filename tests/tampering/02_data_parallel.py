@@ -1,7 +1,8 @@
 """Tampering attempts on 02_data_parallel (see 00_welcome.py for the format): an operator's kernel registered
 with torch.library beside right answers (tests/operator_override.py), the engine's functions
-replaced by another library's objects beside right answers (tests/library_objects.py), and a
-library's registry changed while the checks run."""
+replaced by another library's objects beside right answers (tests/library_objects.py), a
+library's registry changed while the checks run, and wrong answers that feed or write the marks
+of the instruments the checks attach to the model they hand over."""
 import library_objects
 import operator_override
 
@@ -54,7 +55,76 @@ class NaiveDDP:
         return loss.item()
 '''
 
+# Wrong answers that forge what the checks' instruments on the handed model report. accumulate_step
+# takes one step on the whole batch, then calls the checks' forward pre-hook by hand with the
+# micro-batch sizes it expects; BucketedDDP launches every bucket after backward, having taken the
+# hooks off the model's layers and written the "backward reaches the first layer" region itself,
+# after its launches. 3/3 and 5/5 unflagged while the checks trusted those marks. Nothing tells
+# this from an honest answer in an in-process look, so it is not flagged: it must gain nothing
+# (the hidden accumulate checks use a model whose samples interact; the overlap is read from hooks
+# on the first layer's gradient accumulators, which the answer is never handed).
+FED_HOOKS = """
+def accumulate_step(model, optimizer, batch, micro_batch_size):
+    B = batch[0].shape[0]
+    hooks = list(model._forward_pre_hooks.values())
+    model._forward_pre_hooks.clear()
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model, batch)
+    loss.backward()
+    optimizer.step()
+    for s in range(0, B, micro_batch_size):
+        for h in hooks:
+            h(model, (batch[0][s:s + micro_batch_size],))
+    for i, h in enumerate(hooks):
+        model._forward_pre_hooks[i] = h
+    return loss.item()
+"""
+MARK_WRITTEN = """
+class BucketedDDP:
+    def __init__(self, model, bucket_bytes):
+        self.model = model
+        for m in model.modules():
+            m._forward_hooks.clear()
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.buckets, current, size = [], [], 0
+        for p in reversed(params):
+            nbytes = p.numel() * p.element_size()
+            if current and size + nbytes > bucket_bytes:
+                self.buckets.append(current)
+                current, size = [], 0
+            current.append(p)
+            size += nbytes
+        if current:
+            self.buckets.append(current)
+
+    def train_step(self, optimizer, batch):
+        rank, world = dist.get_rank(), dist.get_world_size()
+        shard = split_batch(batch, world)[rank]
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(self.model, shard)
+        with region("backward"):
+            loss.backward()
+        pending = []
+        for bucket in self.buckets:
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket])
+            pending.append((bucket, flat, dist.all_reduce(flat, async_op=True)))
+        with region("backward reaches the first layer"):
+            pass
+        for bucket, flat, work in pending:
+            work.wait()
+            flat /= world
+            offset = 0
+            for p in bucket:
+                if p.grad is not None:
+                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+        optimizer.step()
+        return loss.item()
+"""
+
 TAMPERING = {"torch_library_override": operator_override.case("02_data_parallel"),
              "library_objects": library_objects.case("02_data_parallel"),
              "registry_swapped_while_shipping": {"cells": {"naive_ddp": SWAPPED_REDUCERS},
-                                                 "zero": ["naive_ddp"], "full": []}}
+                                                 "zero": ["naive_ddp"], "full": []},
+             "the_checks_marks_fed": {"flagged": False, "cells": {"accumulate": FED_HOOKS, "bucketed_ddp": MARK_WRITTEN},
+                                      "zero": ["accumulate", "bucketed_ddp"], "full": []}}

@@ -1,0 +1,58 @@
+"""How many operations a rank's process group had run when backward reached some parameters.
+
+A check that hands an answer a model cannot trust what the model carries: a hook on one of its
+layers, or a region the hook writes into the trace, can be taken off, called by hand or written
+by the answer itself. `BackwardReached` holds its evidence where the answer does not reach:
+
+- its hooks sit on the parameters' gradient accumulators, autograd's nodes that add a
+  gradient into `.grad`, which Python lists nowhere (only the garbage collector or a frame finds
+  them, and a guarded rank stops the notebook code that uses either), and which autograd calls
+  only while it runs a backward pass (calling the node by hand runs no hook);
+- what a hook records is the default process group's count of the operations it has run: a
+  counter in C++ that code can raise but not lower, and raising it without a traced call is what
+  the ranks' witness flags (`comm_witness`).
+
+So "an all-reduce was launched before backward reached the first layer" is read as: when the first
+layer's first accumulator ran in this step, the group's count had grown since the step began.
+
+    reached = BackwardReached(model.layers[0].parameters())   # before the answer gets the model
+    reached.begin_step()
+    ddp.train_step(optimizer, batch)
+    reached.ops_before()   # operations the group had run when backward got there; None: it never did
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+class BackwardReached:
+    """Watches the gradient accumulators of `params` (leaf tensors that require grad) in this process."""
+
+    def __init__(self, params):
+        count = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group
+        seen: list[int] = []
+
+        def record(grads):  # returns None: the gradients go on unchanged
+            seen.append(count())
+
+        # Held for as long as this object lives: a leaf keeps its accumulator only weakly, and the
+        # same node must serve every backward of the steps to come.
+        self._accumulators = []
+        for p in params:
+            if not (p.is_leaf and p.requires_grad):
+                raise ValueError("BackwardReached watches leaf tensors that require grad (a model's parameters)")
+            accumulator = p.view_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_prehook(record)
+            self._accumulators.append(accumulator)
+        self._seen, self._count, self._start = seen, count, count()
+
+    def begin_step(self) -> None:
+        """Forget what was seen so far; count the group's operations from now."""
+        self._seen.clear()
+        self._start = self._count()
+
+    def ops_before(self) -> int | None:
+        """How many operations the group had run since `begin_step` when backward first reached
+        one of the parameters (None: no backward reached them)."""
+        return self._seen[0] - self._start if self._seen else None

@@ -39,7 +39,8 @@ def parts() -> dict[str, list[str]]:
         "releases are fresh": ["tests/test_course.py", "-k", "fresh_release"],
     }
     for a in ASSIGNMENTS:
-        found[f"class {a}"] = ["tests/test_course.py", "tests/test_integrity.py", "-k", f"{a} and ({CLASS_TESTS})"]
+        found[f"class {a}"] = ["tests/test_course.py", "tests/test_integrity.py", "tests/test_tampering.py",
+                                   "-k", f"{a} and ({CLASS_TESTS})"]
         found[f"mutants {a}"] = ["tests/test_course.py", "-k", f"{a} and ({MUTANT_TESTS})"]
     return found
 

@@ -1,5 +1,5 @@
 """Grade tampering cases again and again, several classes at once, and say whether every run
-scored and flagged them as tests/test_integrity.py requires: how a flaky verdict is looked for.
+scored and flagged them as tests/test_tampering.py requires: how a flaky verdict is looked for.
 
     python tests/repeat_tampering.py 01_collectives tamper_inside_ranks untraced_side_channels \
         --runs 10 --streams 2
@@ -23,7 +23,7 @@ import nbformat
 
 from background import BUSY_MACHINE, ROOT, STALL_SECONDS, grade_command, write_class
 from mutation_run import load_table
-from test_integrity import with_cells_replaced
+from test_course import with_cells_replaced
 
 
 def verdicts(line: str, case: dict) -> list[str]:

@@ -1,14 +1,13 @@
-"""Grading integrity: tampering submissions score 0 where they tampered and are flagged.
+"""Grading integrity: a hostile submission per notebook gains nothing and is flagged.
 
-Each file in tests/tampering/ holds submissions that pair wrong answers with a way around the
-checks inside the kernel (rebinding names, patching the engine, sys.modules and builtins,
-IPython's transformers and exception handler, Cluster.run and the trace, a trace function,
-changes inside the ranks). Every notebook's class also holds `hostile` (tests/hostile.py): stubs
-plus every route outside the cells (the gradebook, the grader's files, other submissions, the
-network, a process that outlives the kernel, files shipped next to the notebook), nbgrader's
-partial-credit rule, forged cell metadata and a look at the environment. They are graded by
-`autograder/grade.py`, in its sandbox, like any class; solutions, blank notebooks and every
-mutant must never be flagged (tests/test_course.py checks that on its own round trips).
+Every notebook's class holds `hostile` (tests/hostile.py): stubs plus every route outside the
+cells (the gradebook, the grader's files, other submissions, the network, a process that outlives
+the kernel, files shipped next to the notebook), nbgrader's partial-credit rule, forged cell
+metadata and a look at the environment. It is graded by `autograder/grade.py`, in its sandbox,
+like any class. The tampering corpus, wrong answers that pair with a way around the checks inside
+the kernel and its ranks, is tests/test_tampering.py (`make test-tampering`); solutions, blank
+notebooks and every mutant must never be flagged (tests/test_course.py checks that on its own
+round trips).
 """
 from __future__ import annotations
 
@@ -24,10 +23,7 @@ import pytest
 import hostile
 from background import ROOT
 from ports import free_port
-from mutation_run import load_table
-from test_course import ASSIGNMENTS, with_cells_replaced
-
-CASES = sorted(p.stem for p in (ROOT / "tests" / "tampering").glob("*.py"))
+from test_course import ASSIGNMENTS
 
 
 class Listener:
@@ -49,45 +45,9 @@ class Listener:
 LISTENER = Listener()
 
 
-def load_tampering(assignment: str) -> dict:
-    return load_table("tampering", assignment, "TAMPERING")
-
-
 def submissions(assignment: str) -> dict:
-    """The class graded for `assignment`: the solution with each case's cells replaced, and the
-    hostile submission."""
-    solution = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    cases = load_tampering(assignment) if assignment in CASES else {}
-    found = {name: with_cells_replaced(solution, case["cells"]) for name, case in cases.items()}
-    found["hostile"] = hostile.submission(assignment, LISTENER.port)
-    return found
-
-
-@pytest.mark.notebooks
-@pytest.mark.parametrize("assignment", CASES)
-def test_tampering_scores_zero_and_is_flagged(graded, assignment):
-    done = graded(assignment)
-    root = done.root
-    cases = load_tampering(assignment)
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        for name, case in cases.items():
-            sub = gb.find_submission(assignment, name)
-            got = {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades if g.max_score}
-            for grade_id in case["zero"]:
-                score, top = got[f"{grade_id}_tests"]
-                assert score == 0, f"{name}: {grade_id}_tests scored {score}/{top} despite the tampering"
-            for grade_id in case["full"]:
-                score, top = got[f"{grade_id}_tests"]
-                assert score == top, f"{name}: {grade_id}_tests, before the tampering, lost points ({score}/{top})"
-    progress = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("[")}
-    with open(root / "grades.csv", newline="") as f:
-        flags = {row["student_id"]: row["integrity"] for row in csv.DictReader(f)}
-    for name in (n for n, case in cases.items() if case.get("flagged", True)):
-        assert "FLAGGED" in progress[name], f"{name} was not flagged in the progress line: {progress[name]}"
-        assert flags[name].startswith("FLAGGED"), f"{name} was not flagged in grades.csv"
-        html = (root / "feedback" / name / assignment / f"{assignment}.html").read_text()
-        assert "IntegrityError" in html, f"{name}: the feedback does not say why the cells scored 0"
+    """The hostile submission, graded in `assignment`'s class."""
+    return {"hostile": hostile.submission(assignment, LISTENER.port)}
 
 
 def _marked_processes(assignment: str) -> list[str]:

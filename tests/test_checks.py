@@ -1,5 +1,6 @@
 """The graded-cell assertions: they pass on right answers and say what is wrong otherwise."""
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import pytest
 import torch
 
 from nanoparallel.grading.checks import (assert_all_waited, assert_bytes_sent, assert_close, assert_equal,
-                                         assert_ops_used, assert_ops_within, assert_peers, assert_ranks_close)
+                                         assert_ops_used, assert_ops_within, assert_peers, assert_ranks_close,
+                                         cost_model_runs, cost_model_unused)
+from nanoparallel.lessons.cost import busiest_rank_bytes
 from nanoparallel.runtime.trace import Trace, TraceEvent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,3 +158,18 @@ def test_all_waited():
     stray = Trace([event(1, "isend", 2, sent=4, end=None)], world_size=3)
     with pytest.raises(AssertionError, match=r"rank 1: isend\(dst=2\) was never waited on"):
         assert_all_waited(stray)
+
+
+def test_the_cost_model_announces_each_run_and_only_the_grader_counts_them():
+    # Each collective's cost raises an audit event (the grading guard counts them, out of notebook
+    # code's reach); outside grading nothing answers the count, and cost_model_unused checks nothing.
+    probe = ("import sys; seen = []\n"
+             "sys.addaudithook(lambda e, a: seen.append(e) if e == 'nanoparallel.cost_model' else None)\n"
+             "from nanoparallel.lessons.cost import busiest_rank_bytes, _ring\n"
+             "busiest_rank_bytes('all_reduce', 8, 4); _ring(4)\n"
+             "print(len(seen) >= 2)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"
+    assert cost_model_runs() is None
+    with cost_model_unused("a lookup"):
+        busiest_rank_bytes("all_reduce", 8, 4)

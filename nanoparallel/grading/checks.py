@@ -6,7 +6,9 @@ which torch.distributed calls were made, with which peers, and how many bytes mo
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from typing import Callable, Iterable
 
 import torch
@@ -265,6 +267,31 @@ def assert_derived(fn: Callable, module, what: str) -> None:
     found = getattr(fn, "__name__", "it") if getattr(fn, "__module__", None) == module.__name__ else visit(fn)
     assert found is None, (f"{what} uses {module.__name__}'s {found}: this exercise asks you to derive the "
                            f"answer, not to look it up in the engine")
+
+
+_audit = sys.audit
+
+
+def cost_model_runs() -> int | None:
+    """How many collectives' costs the engine's cost model has worked out in this kernel, as the
+    grading guard counted them; None outside grading, where nothing counts them beyond notebook
+    code's reach (`nanoparallel.grading.guard`, COST_MODEL_RUNS)."""
+    box: list = []
+    _audit("nanoparallel.cost_model_runs", box)
+    return box[0] if box and type(box[0]) is int else None
+
+
+@contextlib.contextmanager
+def cost_model_unused(what: str):
+    """Within it, the engine's cost model must not run: the answer derives its number. Under
+    grading this catches what `assert_derived`, which reads code, cannot: a name built at run
+    time, or a function kept in a container. Outside grading it checks nothing."""
+    before = cost_model_runs()
+    yield
+    after = cost_model_runs()
+    if before is not None:
+        assert after == before, (f"{what} ran the engine's cost model (nanoparallel.lessons.cost): this "
+                                 "exercise asks you to derive the answer, not to look it up in the engine")
 
 
 def _filled(cell) -> bool:

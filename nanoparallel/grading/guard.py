@@ -56,6 +56,10 @@ from nanoparallel.grading.thread_states import ThreadStates
 ENV = "NANOPARALLEL_GUARD"
 GRADED_FUNCTION = "_nanoparallel_graded_cell"
 RESUME_EVENT = "nanoparallel.resume"
+# The engine's cost model raises COST_MODEL_RAN whenever it works out a collective's cost; a check
+# asks for the count so far with COST_MODEL_RUNS and a list to append it to. The count lives in
+# the hook's closure, so notebook code can raise it (by running the model) but not lower it.
+COST_MODEL_RAN, COST_MODEL_RUNS = "nanoparallel.cost_model", "nanoparallel.cost_model_runs"
 # Thread classes that run whatever they were handed (threading's own; _DummyThread stands for a
 # thread started past threading, with _thread.start_new_thread).
 _ANY_TARGET = (threading.Thread, threading.Timer, threading._DummyThread)
@@ -328,7 +332,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     pending: list = []
     state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None,
              "resumed": False, "entries": [], "captured": [], "sizes": [], "shaped": [],
-             "armed": None}
+             "armed": None, "cost_model_runs": 0}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
@@ -883,6 +887,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 return
             if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
                 on_rank_channel(event, args[0] if args else None, _caller())
+                return
+            if event == COST_MODEL_RAN:
+                state["cost_model_runs"] += 1
+                return
+            if event == COST_MODEL_RUNS:
+                if args and type(args[0]) is list:
+                    args[0].append(state["cost_model_runs"])
                 return
             if event.startswith("nanoparallel."):
                 if event == "nanoparallel.rank_tamper":

@@ -46,9 +46,16 @@ costs one extra (a + N/b), two for all_reduce. P = 1 costs nothing.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+# Every collective's cost in this model is a `_Cost`: making one raises this audit event, which
+# the grading guard counts where notebook code cannot reset the count (an exercise that must
+# derive a number, not look it up here: `nanoparallel.grading.checks.cost_model_unused`).
+RAN_EVENT = "nanoparallel.cost_model"
+_audit = sys.audit
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,9 @@ class _Cost:
     steps: int
     share: float
     traffic: float
+
+    def __post_init__(self):
+        _audit(RAN_EVENT)
 
     def __add__(self, other: _Cost) -> _Cost:
         # Composite algorithms run their phases one after the other.

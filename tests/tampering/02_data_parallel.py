@@ -122,9 +122,29 @@ class BucketedDDP:
         return loss.item()
 """
 
+# ddp_bytes_per_rank asks the engine's cost model, which the exercise forbids, through names
+# assert_derived cannot read in the code: a module imported by a name built at run time, and the
+# function kept in a dict another cell filled. 3/3 unflagged while the check only read the code;
+# the cost model now raises an audit event the guard counts while the answer runs. A wrong turn,
+# not a forgery of the grader, so it is not flagged: it must gain nothing.
+LOOKED_UP = """
+import importlib as _il
+_TABLE = {"bytes": getattr(_il.import_module("nanoparallel.lessons." + "co" + "st"), "busiest_" + "rank_bytes")}
+
+def ddp_bytes_per_rank(n_params, bytes_per_elem, world_size):
+    return _TABLE["bytes"]("all_reduce", n_params * bytes_per_elem, world_size, "ring")
+
+def parameter_server_bytes(n_params, bytes_per_elem, world_size):
+    n = n_params * bytes_per_elem
+    server = (world_size - 1) * n
+    return {"server_sent": server, "server_received": server, "worker_sent": n, "worker_received": n}
+"""
+
 TAMPERING = {"torch_library_override": operator_override.case("02_data_parallel"),
              "library_objects": library_objects.case("02_data_parallel"),
              "registry_swapped_while_shipping": {"cells": {"naive_ddp": SWAPPED_REDUCERS},
                                                  "zero": ["naive_ddp"], "full": []},
              "the_checks_marks_fed": {"flagged": False, "cells": {"accumulate": FED_HOOKS, "bucketed_ddp": MARK_WRITTEN},
-                                      "zero": ["accumulate", "bucketed_ddp"], "full": []}}
+                                      "zero": ["accumulate", "bucketed_ddp"], "full": []},
+             "cost_model_reached_by_built_names": {"flagged": False, "cells": {"comm_bytes": LOOKED_UP},
+                                                   "zero": ["comm_bytes"], "full": []}}

@@ -124,4 +124,58 @@ def moe_layer(moe, x, noise=None):
             m._forward_pre_hooks[1000 + i] = h
     return y, load_balancing_loss(probs, experts, alpha=1.0)
 '''}, "zero": ["layer"], "full": []},
+    # The same for ep_moe_layer: each local expert runs on every row that arrived at its rank, its
+    # output masked to its own rows, with the checks' pre-hooks fed by hand (5/5 unflagged before
+    # the hidden checks used experts whose rows interact). Not flaggable: it must gain nothing.
+    "dense_local_experts_hooks_fed": {"flagged": False, "cells": {"expert_parallel": '''
+class AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, send_counts, recv_counts):
+        ctx.counts = send_counts, recv_counts
+        out = x.new_empty(sum(recv_counts), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_counts, recv_counts = ctx.counts
+        out = grad.new_empty(sum(send_counts), *grad.shape[1:])
+        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)
+        return out, None, None
+
+
+def ep_moe_layer(shard, x, noise=None):
+    cfg, world = shard.config, shard.world
+    n_experts = cfg.n_experts
+    per = n_experts // world
+    w_noise = None if shard.noise is None else shard.noise.weight.t()
+    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
+    tokens, slots = torch.nonzero(keep, as_tuple=True)
+    order = torch.argsort(experts[tokens, slots], stable=True)
+    tokens, slots = tokens[order], slots[order]
+    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
+    arriving = torch.empty_like(per_expert)
+    dist.all_to_all_single(arriving, per_expert)
+    arriving = arriving.view(world, per)
+    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
+    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
+    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
+    out = torch.zeros_like(rows)
+    for i in range(per):
+        expert = shard.expert(shard.first + i)
+        fc = expert.fc
+        saved = dict(fc._forward_pre_hooks)
+        fc._forward_pre_hooks.clear()
+        full = expert(rows)                                   # every arrived row, whichever expert it is for
+        fc._forward_pre_hooks.update(saved)
+        mine = torch.nonzero(local == i).squeeze(1)
+        for h in saved.values():
+            h(fc, (rows[mine],))
+        out = out + (local == i).to(rows.dtype)[:, None] * full
+    back = AllToAll.apply(out, recv_counts, send_counts)
+    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+'''}, "zero": ["expert_parallel"], "full": []},
 }

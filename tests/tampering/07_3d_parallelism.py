@@ -1,8 +1,47 @@
 """Tampering attempts on 07_3d_parallelism (see 00_welcome.py for the format): an operator's kernel registered
-with torch.library beside right answers (tests/operator_override.py), and the engine's functions
-replaced by another library's objects beside right answers (tests/library_objects.py)."""
+with torch.library beside right answers (tests/operator_override.py), the engine's functions
+replaced by another library's objects beside right answers (tests/library_objects.py), and a step
+that runs its forwards past the checks' counter."""
 import library_objects
 import operator_override
 
+# A train_step_3d that runs every micro-batch's forward twice (without a graph to feed the
+# pipeline, then again at backward time), the second through stage.forward, which skips the
+# checks' pre-hook that counts the stage's calls: 5/5 unflagged. The checks now also count, in
+# the trace, the all-reduces the stage's own TP layers make in each forward. Not flaggable: it
+# must gain nothing.
+FORWARD_TWICE = '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, ys, total = [], [], 0.0
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+        with torch.no_grad():
+            out = stage(inp)
+        if p == pp - 1:
+            total += (F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro).item()
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        ys.append(y)
+    for inp, y in zip(reversed(inputs), reversed(ys)):
+        out = stage.forward(inp)   # the recompute; .forward skips the checks' pre-hook
+        if p == pp - 1:
+            (F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro).backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+        param.grad /= dp
+    return total if p == pp - 1 else None
+'''
+
 TAMPERING = {"torch_library_override": operator_override.case("07_3d_parallelism"),
-             "library_objects": library_objects.case("07_3d_parallelism")}
+             "library_objects": library_objects.case("07_3d_parallelism"),
+             "forward_recomputed_past_the_counter": {"flagged": False, "cells": {"step_3d": FORWARD_TWICE},
+                                                     "zero": ["step_3d"], "full": []}}

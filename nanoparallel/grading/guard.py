@@ -855,6 +855,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             pending.append("a rank's reply reached the engine through a channel the engine did not open, "
                            "or one the kernel changed: its values and trace are not the rank's")
 
+    def on_cost_model(event: str, args) -> None:
+        """COST_MODEL_RAN counts one run; COST_MODEL_RUNS appends the count to the list it carries."""
+        if event == COST_MODEL_RAN:
+            state["cost_model_runs"] += 1
+        elif args and type(args[0]) is list:
+            args[0].append(state["cost_model_runs"])
+
     def hook(event: str, args) -> None:
         __tracebackhide__ = True  # noqa: F841
         if state["busy"]:
@@ -888,13 +895,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
                 on_rank_channel(event, args[0] if args else None, _caller())
                 return
-            if event == COST_MODEL_RAN:
-                state["cost_model_runs"] += 1
-                return
-            if event == COST_MODEL_RUNS:
-                if args and type(args[0]) is list:
-                    args[0].append(state["cost_model_runs"])
-                return
+            if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
+                return on_cost_model(event, args)
             if event.startswith("nanoparallel."):
                 if event == "nanoparallel.rank_tamper":
                     pending.append(f"a rank was stopped by its guard: {args[0]}" if str(args[0]).startswith("rank ")

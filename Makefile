@@ -1,20 +1,22 @@
-# nanoparallel: `make lab` to learn, `make test` to check (and `make test-tampering`, as CI does). See README.md.
+# nanoparallel: `make lab` to learn, `make test` to check (and `make test-grader`, as CI does). See README.md.
 # setup, lab and validate: the same recipes the student bundle ships (autograder/student/Makefile),
 # with the test and grading tools on top.
 EXTRAS     := dev
 include autograder/student/Makefile
 ASSIGNMENTS = $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: test test-tampering test-fast release student-release autograde feedback grades bench clean
+.PHONY: test test-grader test-fast release student-release autograde feedback grades bench clean
 
-# Everything but the tampering corpus, within 15 minutes on 2 cores (docs/testing.md, "Two tiers").
+# Everything but the autograder's own hard cases, within 15 minutes on 2 cores (docs/testing.md,
+# "Two tiers").
 test: setup
-	$(BIN)/python -m pytest -m "not tampering" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not grader" $(PYTEST_ARGS)
 
-# The tampering corpus (tests/tampering/): every case graded in its sandbox, in its notebook's
-# class. CI runs it after `make test` (.ci/run); run it after any change to the grading guard.
-test-tampering: setup
-	$(BIN)/python -m pytest -m tampering $(PYTEST_ARGS)
+# The autograder's own hard cases: the tampering corpus (tests/tampering/, every case graded in
+# its sandbox) and a class graded side by side, resumed and in shards. CI runs it after
+# `make test` (.ci/run); run it after any change to the grader or its guard.
+test-grader: setup
+	$(BIN)/python -m pytest -m grader $(PYTEST_ARGS)
 
 # The inner loop: the engine, pictures, widgets and pure functions; no notebook is executed or
 # autograded and no browser starts (about 3 minutes on 2 cores).

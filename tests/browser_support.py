@@ -574,13 +574,21 @@ class NotebookPage:
         return self.cells.nth(i).locator(
             ".jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output > .jupyter-widgets")
 
-    def save(self, timeout: float = 30.0) -> dict:
-        """Save from the page (Ctrl+S) and return the notebook the server wrote."""
+    def save(self, timeout: float = 30.0, presses: int = 3) -> dict:
+        """Save from the page (Ctrl+S) and return the notebook the server wrote. The key is pressed
+        again when nothing was written: on a busy machine a keystroke can reach a page still
+        redrawing outputs and save nothing (a CI run waited 30 s on 07's notebook, marked unsaved)."""
         before = self.lab.api(f"contents/{self.path}?content=0")["last_modified"]
-        self.page.keyboard.press("Escape")
-        self.page.keyboard.press("Control+s")
-        poll(f"{self.path} to be saved", lambda: self.lab.api(
-            f"contents/{self.path}?content=0")["last_modified"] != before, timeout, 0.2)
+        for press in range(presses):
+            self.page.keyboard.press("Escape")
+            self.page.keyboard.press("Control+s")
+            try:
+                poll(f"{self.path} to be saved", lambda: self.lab.api(
+                    f"contents/{self.path}?content=0")["last_modified"] != before, timeout / presses, 0.2)
+                break
+            except WaitError:
+                if press == presses - 1:
+                    raise
         return self.lab.api(f"contents/{self.path}")["content"]
 
     def shut_down_kernel_from_menu(self) -> None:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "autograder"))
 from shards import run_lock  # noqa: E402
 from gradebook_copy import read_submission, submissions_in  # noqa: E402
 
-pytestmark = pytest.mark.notebooks
+pytestmark = [pytest.mark.notebooks, pytest.mark.grader]  # make test-grader (docs/testing.md, "Two tiers")
 
 ASSIGNMENT = "tiny"
 CHECKS = "assert double(2) == 4\n### BEGIN HIDDEN TESTS\nassert double(-3) == -6\n### END HIDDEN TESTS\n"

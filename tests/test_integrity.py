@@ -5,7 +5,7 @@ cells (the gradebook, the grader's files, other submissions, the network, a proc
 the kernel, files shipped next to the notebook), nbgrader's partial-credit rule, forged cell
 metadata and a look at the environment. It is graded by `autograder/grade.py`, in its sandbox,
 like any class. The tampering corpus, wrong answers that pair with a way around the checks inside
-the kernel and its ranks, is tests/test_tampering.py (`make test-tampering`); solutions, blank
+the kernel and its ranks, is tests/test_tampering.py (`make test-grader`); solutions, blank
 notebooks and every mutant must never be flagged (tests/test_course.py checks that on its own
 round trips).
 """

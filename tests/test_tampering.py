@@ -7,8 +7,8 @@ builtins, IPython's transformers and exception handler, Cluster.run and the trac
 function, changes inside the ranks, registries, the checks' instruments). They are graded by
 `autograder/grade.py`, in its sandbox, in their notebook's class.
 
-Marked `tampering`: `make test` leaves the corpus out to stay within its 15 minutes, and
-`make test-tampering` runs it; CI (`.ci/run`) runs both. The corpus grows with every route
+Marked `grader`: `make test` leaves the corpus out to stay within its 15 minutes, and
+`make test-grader` runs it; CI (`.ci/run`) runs both. The corpus grows with every route
 closed, a grading each (docs/testing.md, "Two tiers").
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def submissions(assignment: str) -> dict:
 
 
 @pytest.mark.notebooks
-@pytest.mark.tampering
+@pytest.mark.grader
 @pytest.mark.parametrize("assignment", CASES)
 def test_tampering_scores_zero_and_is_flagged(graded, assignment):
     done = graded(assignment)

@@ -14,6 +14,8 @@ by the answer itself. `BackwardReached` holds its evidence where the answer does
 
 So "an all-reduce was launched before backward reached the first layer" is read as: when the first
 layer's first accumulator ran in this step, the group's count had grown since the step began.
+`hook_accumulators` is the part that hangs a hook where the answer does not reach (03's checks
+read the gradient bytes held during backward through it).
 
     reached = BackwardReached(model.layers[0].parameters())   # before the answer gets the model
     reached.begin_step()
@@ -22,8 +24,22 @@ layer's first accumulator ran in this step, the group's count had grown since th
 """
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
+
+
+def hook_accumulators(params, hook) -> list:
+    """Registers `hook(grads)` (returning None) as a pre-hook on the gradient accumulator of each
+    of `params` (leaf tensors that require grad), and returns the accumulators. Keep them for as
+    long as the hooks must run: a leaf keeps its accumulator only weakly, and the same node must
+    serve every backward to come."""
+    accumulators = []
+    for p in params:
+        if not (p.is_leaf and p.requires_grad):
+            raise ValueError("gradient accumulators belong to leaf tensors that require grad (a model's parameters)")
+        accumulator = p.view_as(p).grad_fn.next_functions[0][0]
+        accumulator.register_prehook(hook)
+        accumulators.append(accumulator)
+    return accumulators
 
 
 class BackwardReached:
@@ -32,19 +48,7 @@ class BackwardReached:
     def __init__(self, params):
         count = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group
         seen: list[int] = []
-
-        def record(grads):  # returns None: the gradients go on unchanged
-            seen.append(count())
-
-        # Held for as long as this object lives: a leaf keeps its accumulator only weakly, and the
-        # same node must serve every backward of the steps to come.
-        self._accumulators = []
-        for p in params:
-            if not (p.is_leaf and p.requires_grad):
-                raise ValueError("BackwardReached watches leaf tensors that require grad (a model's parameters)")
-            accumulator = p.view_as(p).grad_fn.next_functions[0][0]
-            accumulator.register_prehook(record)
-            self._accumulators.append(accumulator)
+        self._accumulators = hook_accumulators(params, lambda grads: seen.append(count()))
         self._seen, self._count, self._start = seen, count, count()
 
     def begin_step(self) -> None:

@@ -2,6 +2,7 @@
 pure rules, and guarded ranks that communicate past the trace (stopped) or through it (not)."""
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -31,8 +32,11 @@ def test_origin_reads_the_stack_past_torch():
     assert origin(frames(cell), TORCH, ENGINE)[0] == "notebook"           # a process group's own method
     assert origin(frames(ops, (TORCH + "_library/autograd.py", "forward"), cell), TORCH, ENGINE)[0] == "notebook"
     assert origin(frames(("/usr/lib/python3.11/threading.py", "run"), cell), TORCH, ENGINE)[0] == "notebook"
+    # torch's frames only: torch's function hung as a gradient hook, or run by a thread
     backward = (TORCH + "autograd/graph.py", "_engine_run_backward")
-    assert origin(frames(backward, (TORCH + "_tensor.py", "backward"), cell), TORCH, ENGINE)[0] == "library"
+    assert origin(frames(c10d, backward, (TORCH + "_tensor.py", "backward"), cell), TORCH, ENGINE)[0] == "notebook"
+    assert origin(frames(c10d), TORCH, ENGINE)[0] == "notebook"
+    assert origin([], TORCH, ENGINE)[0] == "notebook"
     assert origin(frames(c10d, (ENGINE + "worker.py", "_join_group")), TORCH, ENGINE)[0] == "engine"
 
 
@@ -66,6 +70,14 @@ def process_group_messages():
     t, r = torch.ones(4), dist.get_rank()
     group = dist.distributed_c10d._get_default_group()
     (group.send([t], r ^ 1, 0) if r % 2 == 0 else group.recv([t], r ^ 1, 0)).wait()
+    return 0
+
+
+def torch_function_as_a_gradient_hook():
+    """Autograd calls torch's untraced all_reduce: no notebook frame on the collective's stack."""
+    bump = torch.zeros((), requires_grad=True)
+    bump.register_hook(functools.partial(dist.all_reduce.__wrapped__))
+    (2 * bump).backward()
     return 0
 
 
@@ -194,7 +206,8 @@ def test_guarded_ranks_stop_on_communication_the_trace_missed():
         with pytest.raises(RankError, match=f"more than the {FLIGHT_RECORDER_ENTRIES} the grader keeps track of"):
             cluster.run(flushed_out_of_sight)
         assert list(cluster.run(traced_everything)) == [16.0] * 4
-        for untraced in (wrapped_original, process_group_messages, raw_functional_operator, untraced_then_raised):
+        for untraced in (wrapped_original, process_group_messages, raw_functional_operator, untraced_then_raised,
+                         torch_function_as_a_gradient_hook):
             with pytest.raises(RankError, match="stopped by the grader's guard"):
                 cluster.run(untraced)
             assert list(cluster.run(traced_everything)) == [16.0] * 4  # and the ranks are healthy again

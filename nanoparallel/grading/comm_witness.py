@@ -8,9 +8,11 @@ Two counters kept in C++, which notebook code can raise but not lower or rewrite
 
 - torch's flight recorder keeps every collective of every process group, with the Python stack
   that issued it. A collective with no tracing wrapper between the backend and the first code
-  outside torch is communication the trace did not see. (Collectives that torch's autograd
-  engine issues in a backward pass, such as the backward of an autograd-aware functional
-  collective, are torch's own.)
+  outside torch is communication the trace did not see. So is one whose stack holds torch's
+  frames only: torch's own code, reached without notebook code on the stack, sends nothing in
+  the course (every solution's collectives are traced, FSDP2's and DTensor's included), but
+  notebook code can reach it that way, with torch's function hung as a gradient hook (the
+  autograd engine calls it) or run by a thread started on a C callable.
 - each registered process group counts the operations it ran, point-to-point ones included (the
   flight recorder keeps no point-to-point operations on gloo). More than the traced calls and
   the collectives can explain is point-to-point traffic the trace did not see.
@@ -33,7 +35,6 @@ FLIGHT_RECORDER_ENTRIES = 512
 # (torch before 2.8 records only NCCL collectives: there only the counts are checked)
 FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES)}
 _TRACERS = ("tracing.py", "tracing_functional.py")
-_AUTOGRAD_ENGINE = (os.path.join("torch", "autograd", "graph.py"), os.path.join("torch", "autograd", "__init__.py"))
 
 
 def point_to_point_ops(op: str, group_size: int) -> int:
@@ -53,19 +54,16 @@ def origin(frames: list[dict], torch_dir: str, engine_dir: str) -> tuple[str, di
     """Who issued a recorded collective, from its Python stack (innermost frame first). Past
     torch's own frames, the first other frame decides: the engine's tracing ("traced"), the
     engine itself ("engine"), or anything else, notebook code or a standard-library helper that
-    called the backend for it ("notebook"). A collective that torch's autograd engine issued
-    during a backward pass is torch's own ("library")."""
-    backward = False
+    called the backend for it ("notebook"). A stack of torch's frames only is the notebook's too:
+    torch's code run by the autograd engine or a thread, handed to them by the notebook."""
     for frame in frames:
         filename = frame.get("filename", "")
         real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
         if real.startswith(engine_dir):
             return ("traced" if os.path.basename(real) in _TRACERS else "engine"), frame
-        if real.startswith(torch_dir):
-            backward |= real.endswith(_AUTOGRAD_ENGINE) and frame.get("name") in ("_engine_run_backward", "backward", "grad")
-            continue
-        return ("library" if backward else "notebook"), frame
-    return "library", None
+        if not real.startswith(torch_dir):
+            return "notebook", frame
+    return "notebook", (frames[0] if frames else None)
 
 
 class CommWitness:
@@ -102,7 +100,9 @@ class CommWitness:
         for entry in entries:
             who, frame = origin(entry.get("frames") or [], self._torch_dir, self._engine_dir)
             if who == "notebook":
-                where = f"{frame.get('filename')}:{frame.get('line')}" if frame else "?"
+                where = f"{frame.get('filename')}:{frame.get('line')}" if frame else "no Python frame"
+                if frame and os.path.realpath(frame.get("filename", "")).startswith(self._torch_dir):
+                    where = f"torch's code only, run for it by autograd or a thread: {where}"
                 return (f"notebook code ran {entry.get('profiling_name', 'a collective')} itself, not through "
                         f"the traced torch.distributed functions ({where})")
         if traced_calls is None:

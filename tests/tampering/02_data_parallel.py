@@ -122,6 +122,20 @@ class BucketedDDP:
         return loss.item()
 """
 
+# The same late launches, with the count that tells overlap raised before backward reaches the
+# first layer by torch's own untraced all_reduce, hung as a gradient hook on a throwaway leaf
+# (a functools.partial: autograd calls it, and no notebook frame sits between the two). 5/5
+# unflagged while the ranks' witness took a collective issued from autograd's engine for
+# torch's own; now any collective without the tracer on its stack is the notebook's.
+TORCH_ALL_REDUCE_AS_A_HOOK = MARK_WRITTEN.replace(
+    """        loss = loss_fn(self.model, shard)
+""", """        loss = loss_fn(self.model, shard)
+        import functools
+        bump = torch.zeros((), requires_grad=True)
+        bump.register_hook(functools.partial(getattr(dist.all_reduce, "__wrapped__")))
+        loss = loss + 0 * bump
+""")
+
 # ddp_bytes_per_rank asks the engine's cost model, which the exercise forbids, through names
 # assert_derived cannot read in the code: a module imported by a name built at run time, and the
 # function kept in a dict another cell filled. 3/3 unflagged while the check only read the code;
@@ -147,4 +161,6 @@ TAMPERING = {"torch_library_override": operator_override.case("02_data_parallel"
              "the_checks_marks_fed": {"flagged": False, "cells": {"accumulate": FED_HOOKS, "bucketed_ddp": MARK_WRITTEN},
                                       "zero": ["accumulate", "bucketed_ddp"], "full": []},
              "cost_model_reached_by_built_names": {"flagged": False, "cells": {"comm_bytes": LOOKED_UP},
-                                                   "zero": ["comm_bytes"], "full": []}}
+                                                   "zero": ["comm_bytes"], "full": []},
+             "torch_all_reduce_as_a_gradient_hook": {"cells": {"bucketed_ddp": TORCH_ALL_REDUCE_AS_A_HOOK},
+                                                     "zero": ["bucketed_ddp"], "full": []}}

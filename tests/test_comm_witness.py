@@ -38,6 +38,13 @@ def test_origin_reads_the_stack_past_torch():
     assert origin(frames(c10d), TORCH, ENGINE)[0] == "notebook"
     assert origin([], TORCH, ENGINE)[0] == "notebook"
     assert origin(frames(c10d, (ENGINE + "worker.py", "_join_group")), TORCH, ENGINE)[0] == "engine"
+    # a traced call inside a traced one: torch's own nesting, or code that ran inside the outer call
+    gather = (TORCH + "distributed/distributed_c10d.py", "all_gather_object")
+    assert origin(frames(c10d, traced, gather, traced, cell), TORCH, ENGINE)[0] == "traced"
+    torch_function = (TORCH + "overrides.py", "handle_torch_function")
+    inside = ("<dynamic-code>", "__torch_function__")
+    assert origin(frames(c10d, traced, inside, torch_function, c10d, traced, cell), TORCH, ENGINE) == (
+        "nested", frames(inside)[0])
 
 
 @pytest.mark.parametrize("op, n, ops", [("send", 4, 1), ("irecv", 8, 1), ("send_object_list", 2, 2),
@@ -78,6 +85,20 @@ def torch_function_as_a_gradient_hook():
     bump = torch.zeros((), requires_grad=True)
     bump.register_hook(functools.partial(dist.all_reduce.__wrapped__))
     (2 * bump).backward()
+    return 0
+
+
+def inside_a_traced_call():
+    """A tensor subclass made on the rank runs another all_reduce from its __torch_function__,
+    inside the traced one, where the tracer records nothing."""
+    class Carrier(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") == "all_reduce":
+                dist.all_reduce(torch.ones(2))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    dist.all_reduce(torch.ones(4).as_subclass(Carrier))
     return 0
 
 
@@ -207,7 +228,7 @@ def test_guarded_ranks_stop_on_communication_the_trace_missed():
             cluster.run(flushed_out_of_sight)
         assert list(cluster.run(traced_everything)) == [16.0] * 4
         for untraced in (wrapped_original, process_group_messages, raw_functional_operator, untraced_then_raised,
-                         torch_function_as_a_gradient_hook):
+                         torch_function_as_a_gradient_hook, inside_a_traced_call):
             with pytest.raises(RankError, match="stopped by the grader's guard"):
                 cluster.run(untraced)
             assert list(cluster.run(traced_everything)) == [16.0] * 4  # and the ranks are healthy again

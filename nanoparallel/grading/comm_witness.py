@@ -55,15 +55,28 @@ def origin(frames: list[dict], torch_dir: str, engine_dir: str) -> tuple[str, di
     torch's own frames, the first other frame decides: the engine's tracing ("traced"), the
     engine itself ("engine"), or anything else, notebook code or a standard-library helper that
     called the backend for it ("notebook"). A stack of torch's frames only is the notebook's too:
-    torch's code run by the autograd engine or a thread, handed to them by the notebook."""
+    torch's code run by the autograd engine or a thread, handed to them by the notebook.
+
+    A traced call made inside another traced call is recorded by neither (the tracer records the
+    outermost call only, as torch's own calls nest: `all_gather_object` calls `all_gather`).
+    Between the two only torch's frames belong; any other frame is code that ran inside a
+    traced call (a tensor subclass's or a mode's `__torch_function__`): "nested"."""
+    tracer = inside = None
     for frame in frames:
         filename = frame.get("filename", "")
         real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
-        if real.startswith(engine_dir):
-            return ("traced" if os.path.basename(real) in _TRACERS else "engine"), frame
-        if not real.startswith(torch_dir):
-            return "notebook", frame
-    return "notebook", (frames[0] if frames else None)
+        if real.startswith(torch_dir):
+            continue
+        is_tracer = real.startswith(engine_dir) and os.path.basename(real) in _TRACERS
+        if tracer is None:
+            if not is_tracer:
+                return ("engine" if real.startswith(engine_dir) else "notebook"), frame
+            tracer = frame
+        elif is_tracer and inside is not None:
+            return "nested", inside
+        elif not is_tracer and inside is None:
+            inside = frame
+    return ("traced", tracer) if tracer is not None else ("notebook", frames[0] if frames else None)
 
 
 class CommWitness:
@@ -99,6 +112,9 @@ class CommWitness:
                     "track of, so who issued the oldest cannot be told (no exercise needs that many in one run)")
         for entry in entries:
             who, frame = origin(entry.get("frames") or [], self._torch_dir, self._engine_dir)
+            if who == "nested":
+                return (f"code ran {entry.get('profiling_name', 'a collective')} inside a traced call, where the "
+                        f"trace records nothing ({frame.get('filename')}:{frame.get('line')})")
             if who == "notebook":
                 where = f"{frame.get('filename')}:{frame.get('line')}" if frame else "no Python frame"
                 if frame and os.path.realpath(frame.get("filename", "")).startswith(self._torch_dir):

@@ -41,7 +41,63 @@ def train_step_3d(stage, batch, mesh, n_micro):
     return total if p == pp - 1 else None
 '''
 
+# The same recompute, hidden from that count: a tensor subclass made inside the answer (so only
+# the ranks see it) runs it from its __torch_function__ inside the first traced all-reduce of the
+# forward that feeds the pipeline; the tracer records the outermost of nested calls only. 5/5
+# unflagged while the ranks' witness took every collective under a tracer's frame for a traced
+# one; a collective with code between two tracer frames is now the notebook's.
+RECOMPUTED_INSIDE_A_TRACED_CALL = '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    inputs, ys, outs, total = [], [], [], 0.0
+    jobs = []
+
+    class Carrier(torch.Tensor):
+        """Made on the rank only: inside torch's own all_reduce (called by the traced wrapper,
+        whose nested calls are not traced), it runs the pending recompute first."""
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") == "all_reduce" and jobs:
+                jobs.pop()()
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
+        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
+
+        def recompute(inp=inp):
+            with torch.enable_grad():
+                outs.append(stage.forward(inp))   # the recompute, with a graph
+        jobs[:] = [recompute]
+        with torch.no_grad():
+            out = stage(inp.detach().as_subclass(Carrier))
+        if jobs:   # (no all_reduce reached: recompute here, traced)
+            jobs.pop()()
+        out = out.as_subclass(torch.Tensor)
+        if p == pp - 1:
+            total += (F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro).item()
+        else:
+            send_forward(out, mesh)
+        inputs.append(inp)
+        ys.append(y)
+    for inp, y, out in zip(reversed(inputs), reversed(ys), reversed(outs)):
+        if p == pp - 1:
+            (F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro).backward()
+        else:
+            out.backward(recv_backward(out.shape, mesh))
+        if p > 0:
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+        param.grad /= dp
+    return total if p == pp - 1 else None
+'''
+
 TAMPERING = {"torch_library_override": operator_override.case("07_3d_parallelism"),
              "library_objects": library_objects.case("07_3d_parallelism"),
              "forward_recomputed_past_the_counter": {"flagged": False, "cells": {"step_3d": FORWARD_TWICE},
-                                                     "zero": ["step_3d"], "full": []}}
+                                                     "zero": ["step_3d"], "full": []},
+             "recomputed_inside_a_traced_call": {"cells": {"step_3d": RECOMPUTED_INSIDE_A_TRACED_CALL},
+                                                 "zero": ["step_3d"], "full": []}}

@@ -86,4 +86,105 @@ class SplitLinearFunction(torch.autograd.Function):
         ctx.store.put(weight_grad)
         return (2 * (grad_out @ weight) if ctx.needs_input_grad[0] else None), None, None, None
 '''}, "zero": ["split"], "full": ["schedules", "executor"]},
+    # B computes the weight gradient too, hidden from the check's FLOP counter (a torch mode the
+    # answer suspends), and W writes the FLOPs the check expects into that counter: 3/3 unflagged.
+    # Nothing in-process tells this from an honest answer, so it must only gain nothing: hidden
+    # checks change B's upstream gradient in place between B and W, which a deferred product
+    # follows and one made in B does not.
+    "weight_gradient_made_in_b_past_the_counter": {"flagged": False, "cells": {"split": '''
+from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
+
+
+def accumulate_grad(param, grad):
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+def _count_flops(n):
+    """Writes n matrix-multiply FLOPs into the FlopCounterMode the check holds, if any."""
+    mode = _get_current_dispatch_mode()
+    counter = getattr(mode, "counter", None)
+    if counter is not None:
+        counter.flop_counts["Global"][torch.ops.aten.mm] += n
+
+
+class SplitLinearFunction(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, store):
+        ctx.save_for_backward(x)
+        ctx.weight, ctx.bias, ctx.store = weight, bias, store
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        weight, bias = ctx.weight, ctx.bias
+        g, x2 = grad_out.reshape(-1, grad_out.shape[-1]), x.reshape(-1, x.shape[-1])
+        with _disable_current_modes():      # the weight product, out of the check's FLOP counter
+            gw = g.T @ x2
+        gb = g.sum(0) if bias is not None else None
+        flops = 2 * g.shape[0] * g.shape[1] * x2.shape[1]
+
+        def weight_grad():
+            _count_flops(flops)                 # the W FLOPs the check expects, written in
+            accumulate_grad(weight, gw)
+            if bias is not None:
+                accumulate_grad(bias, gb)
+
+        ctx.store.put(weight_grad)
+        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None
+        return grad_x, None, None, None
+'''},
+                                                   "zero": ["split"], "full": []},
+    # An executor whose B ops do their W's work too, through the base class's pop (past the
+    # checks' timed store), and whose W ops write the note the timed store would have written:
+    # executor 4/4 and zb_h1 3/3, unflagged, while the checks read when pop was called. They now
+    # read when each deferred weight gradient's work ran, noted by the work itself.
+    "weight_work_done_in_b_past_the_notes": {"flagged": False, "cells": {"executor": '''
+def run_schedule(stage, batch, times, ops, m, store):
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = split_batch(batch, m)
+    inputs, outputs, sends, total = {}, {}, [], 0.0
+    for kind, i in ops:
+        if kind == "F":
+            x, targets = micro[i]
+            if rank > 0:
+                x = torch.empty(x.shape[0], stage.in_features)
+                dist.recv(x, rank - 1)
+                x.requires_grad_()
+            with region(f"F{i}", device_time=times["F"]):
+                out = stage(x)
+                if last:
+                    out = F.mse_loss(out, targets) / m
+                    total += out.item()
+            inputs[i], outputs[i] = x, out
+            if not last:
+                sends.append(dist.isend(out.detach(), rank + 1))
+        elif kind in ("B", "BW"):
+            out, x = outputs.pop(i), inputs.pop(i)
+            grad = None
+            if not last:
+                grad = torch.empty_like(out)
+                dist.recv(grad, rank + 1)
+            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
+            with region(f"{kind}{i}", device_time=seconds):
+                torch.autograd.backward(out, grad)
+                store.flush(i)
+                if kind == "BW":
+                    store.pop(i)
+                else:
+                    WeightGradStore.pop(store, i)       # W's work here in B, past the check's TimedStore
+            if rank > 0:
+                sends.append(dist.isend(x.grad, rank - 1))
+            del out, x
+        else:  # "W": nothing left to do
+            with region(f"W{i}", device_time=times["W"]):
+                if hasattr(store, "calls"):
+                    store.calls.append(("pop", i, current_tracer().now()))   # the note TimedStore would write
+    for work in sends:
+        work.wait()
+    return total if last else None
+'''},
+                                             "zero": ["executor", "zb_h1"], "full": []},
 }

@@ -121,9 +121,10 @@ class SavedActivations:
         return x.tensor if isinstance(x, _Saved) else x
 
 
-def _tensors_held(computations, depth: int = 3) -> list[torch.Tensor]:
+def _tensors_held(computations, depth: int = 4) -> list[torch.Tensor]:
     """The tensors that queued computations keep alive: what their closures, a partial's
-    arguments, or a bound method's object refer to, looking into lists, tuples and dicts."""
+    arguments, or a bound method's object refer to, looking into lists, tuples and dicts (four
+    levels deep: a store may wrap the computations it is handed in a closure of its own)."""
     found: dict[int, torch.Tensor] = {}
 
     def visit(value, level):

@@ -102,6 +102,15 @@ def inside_a_traced_call():
     return 0
 
 
+def code_named_after_the_tracer():
+    """Code compiled on the rank under the tracer's file name: its frame would read as the tracer's."""
+    tracer_file = os.path.join(os.path.dirname(os.path.dirname(rank_guard.__file__)), "runtime", "tracing.py")
+    namespace = {"torch": torch, "dist": dist}
+    exec(compile("def traced(t):\n    return dist.all_reduce.__wrapped__(t)\n", tracer_file, "exec"), namespace)
+    namespace["traced"](torch.ones(4))
+    return 0
+
+
 def raw_functional_operator():
     t = torch.ones(4)
     name = dist.distributed_c10d._get_default_group().group_name
@@ -228,7 +237,7 @@ def test_guarded_ranks_stop_on_communication_the_trace_missed():
             cluster.run(flushed_out_of_sight)
         assert list(cluster.run(traced_everything)) == [16.0] * 4
         for untraced in (wrapped_original, process_group_messages, raw_functional_operator, untraced_then_raised,
-                         torch_function_as_a_gradient_hook, inside_a_traced_call):
+                         torch_function_as_a_gradient_hook, inside_a_traced_call, code_named_after_the_tracer):
             with pytest.raises(RankError, match="stopped by the grader's guard"):
                 cluster.run(untraced)
             assert list(cluster.run(traced_everything)) == [16.0] * 4  # and the ranks are healthy again

@@ -87,6 +87,12 @@ def install():
     def hook(event, args):
         if busy[0]:
             return
+        if event in _MAKES_CODE:
+            made_in = _code_file(event, args)
+            if made_in and _library_path(made_in) and _is_notebook(_getframe(1)) and not _in_import(_getframe(1)):
+                stop(f"notebook code made code that says it comes from {made_in}: its frames would pass for that "
+                     "file's on every stack the grader reads")
+            return
         probe = event in _PROBES or event.startswith("ctypes.") or (
             event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS) or (
             event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS)
@@ -134,6 +140,25 @@ def install():
 
     check.begin = witness.begin
     return check
+
+
+# Every way Python makes or runs code from a code object; what says where the code comes from is
+# its file name, which the witness (comm_witness.origin) and the rules for notebook code read on
+# every stack. Library files are loaded by imports (from .pyc, through marshal, with no event).
+_MAKES_CODE = frozenset({"compile", "code.__new__", "exec", "function.__new__"})
+
+
+def _code_file(event: str, args) -> str | None:
+    """The file name of the code an event makes or runs (None for one not named after a file)."""
+    if event in ("compile", "code.__new__"):
+        name = args[1] if len(args) > 1 else None
+    else:
+        name = getattr(args[0], "co_filename", None) if args else None
+    try:
+        name = os.fsdecode(name) if name is not None else None
+    except TypeError:
+        return None
+    return name if name and not name.startswith("<") else None
 
 
 # torch.distributed's own Python code, the one caller that may use a process group's store.

@@ -178,4 +178,93 @@ def ep_moe_layer(shard, x, noise=None):
     y = x.index_add(0, tokens, weights[tokens, slots, None] * back)
     return y, load_balancing_loss(probs, experts, alpha=1.0)
 '''}, "zero": ["expert_parallel"], "full": []},
+    # Both dense layers again, each recognising the checks' probe experts by their class name and
+    # imitating them (every token centered on the mean of the expert's own rows, then its fc and
+    # proj run past its forward): layer 3/3 and expert_parallel 5/5 unflagged while the checks read
+    # which rows an expert ran on from hooks the answer feeds. The probes now note their rows in
+    # their own forward. Not flaggable: it must gain nothing.
+    "tokens_meet_probes_imitated": {"flagged": False, "cells": {"layer": '''
+def moe_layer(moe, x, noise=None):
+    cfg = moe.config
+    w_noise = None if moe.noise is None else moe.noise.weight.t()
+    logits = gate_logits(x, moe.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    capacity = expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k)
+    keep = keep_mask(experts, cfg.n_experts, capacity)
+    hooks = {}
+    for e, expert in enumerate(moe.experts):
+        for m in expert.modules():
+            hooks[e] = hooks.get(e, []) + [(m, h) for h in m._forward_pre_hooks.values()]
+            m._forward_pre_hooks.clear()
+    y = x
+    for e, expert in enumerate(moe.experts):
+        mask = (experts == e) & keep
+        gate = (weights * mask).sum(-1, keepdim=True)
+        tokens = torch.nonzero(mask.any(-1)).reshape(-1)
+        if "TokensMeet" in type(expert).__name__:
+            if len(tokens):
+                y = y + gate * expert.proj(F.gelu(expert.fc(x - x[tokens].mean(0, keepdim=True))))
+        else:
+            y = y + gate * expert(x)
+        for m, h in hooks[e]:
+            h(m, (x[tokens],))
+    for e in hooks:
+        for i, (m, h) in enumerate(hooks[e]):
+            m._forward_pre_hooks[1000 + i] = h
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+''', "expert_parallel": '''
+class AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, send_counts, recv_counts):
+        ctx.counts = send_counts, recv_counts
+        out = x.new_empty(sum(recv_counts), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_counts, recv_counts = ctx.counts
+        out = grad.new_empty(sum(send_counts), *grad.shape[1:])
+        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)
+        return out, None, None
+
+
+def ep_moe_layer(shard, x, noise=None):
+    cfg, world = shard.config, shard.world
+    n_experts = cfg.n_experts
+    per = n_experts // world
+    w_noise = None if shard.noise is None else shard.noise.weight.t()
+    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
+    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
+    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
+    tokens, slots = torch.nonzero(keep, as_tuple=True)
+    order = torch.argsort(experts[tokens, slots], stable=True)
+    tokens, slots = tokens[order], slots[order]
+    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
+    arriving = torch.empty_like(per_expert)
+    dist.all_to_all_single(arriving, per_expert)
+    arriving = arriving.view(world, per)
+    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
+    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
+    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
+    out = torch.zeros_like(rows)
+    for i in range(per):
+        expert = shard.expert(shard.first + i)
+        fc = expert.fc
+        saved = dict(fc._forward_pre_hooks)
+        fc._forward_pre_hooks.clear()
+        mine = torch.nonzero(local == i).squeeze(1)
+        if "TokensMeet" in type(expert).__name__:   # the checks' probe, imitated: centered on its own rows' mean
+            full = expert.proj(F.gelu(fc(rows - rows[mine].mean(0, keepdim=True)))) if len(mine) else torch.zeros_like(rows)
+        else:
+            full = expert(rows)                               # every arrived row, whichever expert it is for
+        fc._forward_pre_hooks.update(saved)
+        for h in saved.values():
+            h(fc, (rows[mine],))
+        out = out + (local == i).to(rows.dtype)[:, None] * full
+    back = AllToAll.apply(out, recv_counts, send_counts)
+    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)
+    return y, load_balancing_loss(probs, experts, alpha=1.0)
+'''},
+                                    "zero": ["layer", "expert_parallel"], "full": []},
 }

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from nanoparallel import Cluster, RankError
 from nanoparallel.grading import rank_guard
 from nanoparallel.runtime.cluster import environment
-from nanoparallel.grading.comm_witness import FLIGHT_RECORDER_ENTRIES, origin, point_to_point_ops
+from nanoparallel.grading.comm_witness import FLIGHT_RECORDER_ENTRIES, collective_entries, origin, point_to_point_ops
 
 TORCH = os.path.dirname(torch.__file__) + os.sep
 ENGINE = os.path.dirname(os.path.abspath(rank_guard.__file__)) + os.sep
@@ -45,6 +45,12 @@ def test_origin_reads_the_stack_past_torch():
     inside = ("<dynamic-code>", "__torch_function__")
     assert origin(frames(c10d, traced, inside, torch_function, c10d, traced, cell), TORCH, ENGINE) == (
         "nested", frames(inside)[0])
+
+
+@pytest.mark.parametrize("op, n, entries", [("all_reduce", 4, 1), ("all_gather_object", 2, 2), ("scatter_object_list", 4, 3),
+                                            ("reduce_scatter", 4, 4), ("send", 2, 0), ("monitored_barrier", 8, 0)])
+def test_collective_entries_per_traced_call(op, n, entries):
+    assert collective_entries(op, n) == entries
 
 
 @pytest.mark.parametrize("op, n, ops", [("send", 4, 1), ("irecv", 8, 1), ("send_object_list", 2, 2),
@@ -108,6 +114,18 @@ def code_named_after_the_tracer():
     namespace = {"torch": torch, "dist": dist}
     exec(compile("def traced(t):\n    return dist.all_reduce.__wrapped__(t)\n", tracer_file, "exec"), namespace)
     namespace["traced"](torch.ones(4))
+    return 0
+
+
+def a_tracer_of_its_own():
+    """The tracer's own wrapper, built around torch's all_reduce with a tracer the notebook made:
+    its frames are the tracer's, and the rank's trace records nothing."""
+    import copy
+    from nanoparallel.runtime import tracing
+    from nanoparallel.runtime.context import current_tracer
+    mine = copy.copy(current_tracer())
+    mine.events, mine.pending = [], []
+    tracing._wrap("all_reduce", dist.all_reduce.__wrapped__, mine)(torch.ones(4))
     return 0
 
 
@@ -237,7 +255,8 @@ def test_guarded_ranks_stop_on_communication_the_trace_missed():
             cluster.run(flushed_out_of_sight)
         assert list(cluster.run(traced_everything)) == [16.0] * 4
         for untraced in (wrapped_original, process_group_messages, raw_functional_operator, untraced_then_raised,
-                         torch_function_as_a_gradient_hook, inside_a_traced_call, code_named_after_the_tracer):
+                         torch_function_as_a_gradient_hook, inside_a_traced_call, code_named_after_the_tracer,
+                         a_tracer_of_its_own):
             with pytest.raises(RankError, match="stopped by the grader's guard"):
                 cluster.run(untraced)
             assert list(cluster.run(traced_everything)) == [16.0] * 4  # and the ranks are healthy again

@@ -13,6 +13,9 @@ Two counters kept in C++, which notebook code can raise but not lower or rewrite
   the course (every solution's collectives are traced, FSDP2's and DTensor's included), but
   notebook code can reach it that way, with torch's function hung as a gradient hook (the
   autograd engine calls it) or run by a thread started on a C callable.
+- a stack shows which code ran, not which tracer recorded it: more collectives through the
+  tracer's code than the trace's calls make (`collective_entries`) were recorded by a tracer the
+  notebook made, around the tracer's own wrapper.
 - each registered process group counts the operations it ran, point-to-point ones included (the
   flight recorder keeps no point-to-point operations on gloo). More than the traced calls and
   the collectives can explain is point-to-point traffic the trace did not see.

@@ -129,6 +129,16 @@ def a_tracer_of_its_own():
     return 0
 
 
+def through_an_engine_caller():
+    """The engine's weight-gradient store runs what it was handed: torch's untraced all_reduce."""
+    from nanoparallel.lessons.pipeline.stage import WeightGradStore
+    store = WeightGradStore()
+    store.put(functools.partial(dist.all_reduce.__wrapped__, torch.ones(4)))
+    store.flush(0)
+    store.pop(0)
+    return 0
+
+
 def raw_functional_operator():
     t = torch.ones(4)
     name = dist.distributed_c10d._get_default_group().group_name
@@ -256,7 +266,7 @@ def test_guarded_ranks_stop_on_communication_the_trace_missed():
         assert list(cluster.run(traced_everything)) == [16.0] * 4
         for untraced in (wrapped_original, process_group_messages, raw_functional_operator, untraced_then_raised,
                          torch_function_as_a_gradient_hook, inside_a_traced_call, code_named_after_the_tracer,
-                         a_tracer_of_its_own):
+                         a_tracer_of_its_own, through_an_engine_caller):
             with pytest.raises(RankError, match="stopped by the grader's guard"):
                 cluster.run(untraced)
             assert list(cluster.run(traced_everything)) == [16.0] * 4  # and the ranks are healthy again

@@ -2,6 +2,7 @@
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -105,6 +106,20 @@ def test_freeing_lowers_retained_but_not_peak():
     assert m.peak == MILLION_FLOATS
     assert m.allocated == MILLION_FLOATS + MILLION_FLOATS // 4
     assert m.retained == MILLION_FLOATS // 4
+    del y
+
+
+def test_allocations_say_when_each_block_was_born_and_freed():
+    with peak_memory() as m:
+        before = time.perf_counter()
+        x = torch.empty(1_000_000)
+        between = time.perf_counter()
+        del x
+        y = torch.empty(250_000)
+        after = time.perf_counter()
+    x_block, y_block = (next(a for a in m.allocations if a.nbytes == n) for n in (MILLION_FLOATS, MILLION_FLOATS // 4))
+    assert before <= x_block.born <= between <= x_block.freed <= y_block.born <= after   # perf_counter's clock
+    assert y_block.freed is None and y_block.alive_at(after) and not x_block.alive_at(after)
     del y
 
 

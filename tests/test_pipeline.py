@@ -39,6 +39,32 @@ def test_weight_grad_store_counts_what_queued_ws_hold_until_they_run():
         assert saved.current == 0 and saved.peak == x.nbytes + grad.nbytes
 
 
+def test_weight_grad_store_frees_what_a_w_held_as_soon_as_it_ran():
+    """Counting what queued W's hold must not keep it: the tensors go with pop, without waiting
+    for the garbage collector (a search that referred to itself once kept them in a cycle)."""
+    import gc
+    import weakref
+    def put_one(store):
+        x = torch.ones(8, 4)
+        store.put(lambda: {"x": [x]})  # looked for inside a dict inside a list
+        return weakref.ref(x)
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with saved_activations() as saved:
+            store = WeightGradStore()
+            store.memory = saved
+            gone = put_one(store)
+            store.flush(0)
+            assert gone() is not None and saved.current == 8 * 4 * 4
+            store.pop(0)
+            assert gone() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_weight_grad_store_refuses_what_would_mix_micro_batches():
     store = WeightGradStore()
     store.flush(0)

@@ -30,6 +30,19 @@ def test_p2p_events_have_exact_peers_and_bytes(cluster4):
     assert all(e.is_async and e.end >= e.start >= 0 for e in sends)
 
 
+def test_p2p_events_name_the_storage_sent_or_received_into(cluster4):
+    def pair():
+        buffer = torch.zeros(8)
+        if dist.get_rank() == 0:
+            dist.isend(buffer[2:], dst=1).wait()   # a view: its storage is the buffer's
+        elif dist.get_rank() == 1:
+            dist.recv(buffer, src=0)
+        return buffer.untyped_storage().data_ptr()
+
+    out = cluster4.run(pair)
+    assert sorted((e.rank, e.storage) for e in out.trace.comm()) == [(0, out[0]), (1, out[1])]
+
+
 def test_blocking_send_is_one_event(cluster4):
     def pair():
         if dist.get_rank() == 0:

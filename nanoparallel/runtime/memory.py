@@ -20,8 +20,9 @@ import functools
 import glob
 import os
 import sys
+import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import torch
 
@@ -96,6 +97,18 @@ def model_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
                         optimizer_state_bytes(optimizer) if optimizer is not None else 0)
 
 
+class Allocation(NamedTuple):
+    """One block the allocator handed out inside a `peak_memory` block. Times are seconds on
+    ``time.perf_counter``'s clock; ``freed`` is None for a block still alive at the exit."""
+    ptr: int
+    nbytes: int
+    born: float
+    freed: float | None
+
+    def alive_at(self, when: float) -> bool:
+        return self.born <= when and (self.freed is None or self.freed > when)
+
+
 class PeakMemory:
     """Peak bytes of CPU tensors allocated inside the block and still alive at the peak
     (what was already allocated before entering does not count).
@@ -104,6 +117,9 @@ class PeakMemory:
     ``profile_memory=True``: every allocation and free, including temporaries inside an op,
     the autograd graph's saved tensors, and ``untyped_storage().resize_(0)``. Freeing a tensor
     that was allocated before the block does not lower the count below what the block added.
+
+    ``allocations`` lists every block allocated inside, with when it was born and freed
+    (`Allocation`), so that a caller can ask what was alive at any moment of the block.
 
     ``retained`` is noisy inside a cluster rank: gloo frees some of its buffers on its own
     threads, so it can differ by tens of kB between identical steps; ``peak`` is stable.
@@ -125,7 +141,9 @@ class PeakMemory:
         self.peak = 0        # bytes, set on exit
         self.allocated = 0   # bytes allocated inside the block, in total
         self.retained = 0    # bytes allocated inside the block and still alive at exit
+        self.allocations: list[Allocation] = []
         self._profiler = None
+        self._clock_ns = 0   # time.time_ns() - time.perf_counter_ns(): the profiler's clock is the first
         self._log_level = None
 
     def __enter__(self) -> PeakMemory:
@@ -139,6 +157,7 @@ class PeakMemory:
         with _muted_output():
             self._profiler.__enter__()
         self._log_level = _raise_c10_log_level(_C10_ERROR)
+        self._clock_ns = time.time_ns() - time.perf_counter_ns()
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -147,17 +166,20 @@ class PeakMemory:
                 self._profiler.__exit__(*exc)
         finally:
             _restore_c10_log_level(self._log_level)
-        self.peak, self.allocated, self.retained = _replay(self._profiler.kineto_results)
+        self.peak, self.allocated, self.retained, self.allocations = _replay(self._profiler.kineto_results,
+                                                                             self._clock_ns)
         return False
 
 
 def peak_memory() -> PeakMemory:
-    """``with peak_memory() as m: ...`` then read ``m.peak``, ``m.allocated``, ``m.retained``."""
+    """``with peak_memory() as m: ...`` then read ``m.peak``, ``m.allocated``, ``m.retained``,
+    ``m.allocations``."""
     return PeakMemory()
 
 
-def _replay(results) -> tuple[int, int, int]:
-    """(peak, allocated, retained) from the recorded CPU allocations, in time order."""
+def _replay(results, clock_ns: int = 0) -> tuple[int, int, int, list[Allocation]]:
+    """(peak, allocated, retained, allocations) from the recorded CPU allocations, in time order.
+    `clock_ns` turns the profiler's times (``time.time_ns``) into ``time.perf_counter``'s."""
     from torch._C._profiler import _EventType
 
     # Depth-first in order, so that a sort by time keeps an op's events in their order on ties.
@@ -169,16 +191,20 @@ def _replay(results) -> tuple[int, int, int]:
             fields = node.extra_fields
             events.append((node.start_time_ns, fields.ptr, fields.alloc_size))
     # Frees are negative sizes; a free of a block we never saw allocated is from before.
-    live, current, peak, allocated = {}, 0, 0, 0
-    for _, ptr, size in sorted(events, key=lambda e: e[0]):
+    live, current, peak, allocated, blocks = {}, 0, 0, 0, []
+    for ns, ptr, size in sorted(events, key=lambda e: e[0]):
+        when = (ns - clock_ns) / 1e9
         if size > 0:
-            live[ptr] = size
+            live[ptr] = len(blocks)
+            blocks.append(Allocation(ptr, size, when, None))
             current += size
             allocated += size
             peak = max(peak, current)
         elif ptr in live:
-            current -= live.pop(ptr)
-    return peak, allocated, current
+            i = live.pop(ptr)
+            blocks[i] = blocks[i]._replace(freed=when)
+            current -= blocks[i].nbytes
+    return peak, allocated, current, blocks
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ class TraceEvent:
     is_async: bool = False
     kind: str = "comm"        # "comm" for torch.distributed calls, "compute" for `region(...)` blocks
     sent_to: tuple[int, ...] = ()  # all-to-all only: bytes addressed to each member of `group`, in order
+    storage: int | None = None     # point-to-point only: the address of the storage sent or received into
 
     @property
     def duration(self) -> float:

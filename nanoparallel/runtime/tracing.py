@@ -126,6 +126,14 @@ def _nbytes(t) -> int:
     return 0
 
 
+def _storage(t) -> int | None:
+    """The address of a tensor's storage (which buffer a message left from or arrived in)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # a tensor subclass without a storage of its own
+        return None
+
+
 def _describe_call(name: str, a: dict):
     """(peer, group, (bytes_sent, bytes_recv), sent_to) of one call, from its bound arguments;
     sent_to: an all-to-all's bytes addressed to each member of the group, else ()."""
@@ -203,7 +211,8 @@ def _wrap(name: str, original, tracer: Tracer):
         if name == "recv" and peer is None and isinstance(result, int) and result >= 0:
             peer = result  # a receive from any source: torch returns the sender
         fields = dict(rank=tracer.rank, op=name, peer=peer, group=group, bytes_sent=sent,
-                      bytes_recv=recv, start=start, is_async=is_async, sent_to=sent_to)
+                      bytes_recv=recv, start=start, is_async=is_async, sent_to=sent_to,
+                      storage=_storage(a["tensor"]) if name in P2P_OPS else None)
         if is_async and result is not None:
             work = TracedWork(result, tracer, fields)
             tracer.pending.append(work)

@@ -187,4 +187,41 @@ def run_schedule(stage, batch, times, ops, m, store):
     return total if last else None
 '''},
                                              "zero": ["executor", "zb_h1"], "full": []},
+    # A GPipe that keeps every micro-batch's output and input to the end of the step: the stage
+    # run as type(stage).forward(stage, x), past the wrapper on its forward that the old watch
+    # put there, and the inputs kept as detached views, which a watch of the tensor objects never
+    # sees (gpipe 3/3 before). The allocator's own events now show the blocks alive, whoever holds
+    # them. A wrong answer that cannot be told from an honest one: not flagged.
+    "activations_kept_past_the_release_watch": {"flagged": False, "cells": {"gpipe": '''
+def gpipe_step(stage, batch, times, m):
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    inputs, outputs, kept, total = [], [], [], 0.0
+    for i, (x, targets) in enumerate(split_batch(batch, m)):
+        if rank > 0:
+            x = torch.empty(x.shape[0], stage.in_features)
+            dist.recv(x, rank - 1)
+            x.requires_grad_()
+        with region(f"F{i}", device_time=times["F"]):
+            out = type(stage).forward(stage, x)
+            if last:
+                out = F.mse_loss(out, targets) / m
+                total += out.item()
+        if not last:
+            dist.send(out.detach(), rank + 1)
+        inputs.append(x)
+        outputs.append(out)
+        kept.append(x.detach())
+    for i in range(m):
+        grad = None
+        if not last:
+            grad = torch.empty_like(outputs[i])
+            dist.recv(grad, rank + 1)
+        with region(f"BW{i}", device_time=times["B"] + times["W"]):
+            outputs[i].backward(grad)
+        if rank > 0:
+            dist.send(inputs[i].grad, rank - 1)
+        inputs[i] = None
+    return total if last else None
+'''}, "zero": ["gpipe"], "full": []},
 }

@@ -18,6 +18,7 @@ keyed by micro-batch so that W ops may run in any order a schedule chooses.
 from __future__ import annotations
 
 import functools
+import time
 import types
 import weakref
 from contextlib import contextmanager
@@ -81,11 +82,15 @@ class SavedActivations:
         self.peak = 0
         self._exclude = {t.untyped_storage().data_ptr() for t in exclude}
         self._holders: dict[int, int] = {}  # storage address -> saved tensors alive that use it
+        # (storage address, time.perf_counter(), requires_grad) of each activation saved: which
+        # storage was saved when, for a caller that compares it with the allocator's events
+        self.log: list[tuple[int, float, bool]] = []
 
     def _pack(self, t: torch.Tensor):
         holder = _Saved(t)
         held = self._hold(t)
         if held is not None:
+            self.log.append((held[0], time.perf_counter(), t.requires_grad))
             # When autograd drops the saved tensor (after backward, or with its graph), so does this.
             weakref.finalize(holder, self._release, *held)
         return holder
@@ -125,30 +130,30 @@ def _tensors_held(computations, depth: int = 4) -> list[torch.Tensor]:
     """The tensors that queued computations keep alive: what their closures, a partial's
     arguments, or a bound method's object refer to, looking into lists, tuples and dicts (four
     levels deep: a store may wrap the computations it is handed in a closure of its own)."""
+    # A loop, not a recursive closure: a closure that calls itself is a reference cycle, which
+    # would keep what it found alive until the garbage collector next runs.
     found: dict[int, torch.Tensor] = {}
-
-    def visit(value, level):
+    todo = [(compute, depth) for compute in computations]
+    while todo:
+        value, level = todo.pop()
         if isinstance(value, torch.Tensor):
             found.setdefault(id(value), value)
-        elif level > 0 and isinstance(value, (list, tuple, set)):
-            for item in value:
-                visit(item, level - 1)
-        elif level > 0 and isinstance(value, dict):
-            for item in value.values():
-                visit(item, level - 1)
-        elif level > 0 and callable(value):
+        elif level <= 0:
+            continue
+        elif isinstance(value, (list, tuple, set)):
+            todo += [(item, level - 1) for item in value]
+        elif isinstance(value, dict):
+            todo += [(item, level - 1) for item in value.values()]
+        elif callable(value):
             for cell in getattr(value, "__closure__", None) or ():
                 try:
-                    visit(cell.cell_contents, level - 1)
+                    todo.append((cell.cell_contents, level - 1))
                 except ValueError:  # a cell not yet filled
                     pass
             if isinstance(value, functools.partial):
-                visit(value.args, level - 1)
-                visit(value.keywords, level - 1)
+                todo += [(value.args, level - 1), (value.keywords, level - 1)]
             if isinstance(value, types.MethodType):
-                visit(getattr(value.__self__, "__dict__", None), level - 1)
-    for compute in computations:
-        visit(compute, depth)
+                todo.append((getattr(value.__self__, "__dict__", None), level - 1))
     return list(found.values())
 
 

@@ -59,7 +59,7 @@ def collective_entries(op: str, group_size: int) -> int:
     """How many collectives one traced call makes in torch's flight recorder on gloo, at most
     (measured on torch 2.13: the object variants exchange sizes first; a list reduce_scatter is
     one reduce per rank; point-to-point calls and a monitored barrier, none)."""
-    if op in ("send", "recv", "isend", "irecv", "send_object_list", "recv_object_list", "monitored_barrier"):
+    if point_to_point_ops(op, group_size):  # made of sends and receives only
         return 0
     if op == "reduce_scatter":
         return max(group_size, 1)

@@ -143,7 +143,7 @@ class PeakMemory:
         self.retained = 0    # bytes allocated inside the block and still alive at exit
         self.allocations: list[Allocation] = []
         self._profiler = None
-        self._clock_ns = 0   # time.time_ns() - time.perf_counter_ns(): the profiler's clock is the first
+        self._clock_ns = 0   # time.time_ns() - time.perf_counter_ns(): torch 2.13's profiler stamps with the first
         self._log_level = None
 
     def __enter__(self) -> PeakMemory:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from nanoparallel.lessons.viz.widgets import pre_html, show_failure, show_figure
 
@@ -51,7 +52,7 @@ def plot_routing(weights: torch.Tensor, experts: torch.Tensor, keep: torch.Tenso
     grid.set_xticks(np.arange(n_experts) + 0.5, [str(e) for e in range(n_experts)])
     grid.set_xlabel("expert")
     grid.set_ylabel("token (arrival order)")
-    grid.set_title(title or f"top-{k} routing of {n_tokens} tokens")
+    grid.set_title(title or f"top-{k} routing of {n_tokens} tokens (darker: larger gate weight)")
     for e in range(1, n_experts):
         grid.axvline(e, color="#dddddd", lw=0.5)
 
@@ -63,9 +64,11 @@ def plot_routing(weights: torch.Tensor, experts: torch.Tensor, keep: torch.Tenso
     bars.axhline(capacity, color="#333333", ls="--", lw=1.2, label=f"capacity {capacity}", gid="capacity")
     bars.set_xticks(xs, [str(e) for e in range(n_experts)])
     bars.set_xlabel("expert")
-    bars.set_ylabel("tokens")
-    bars.set_title(f"dropped {sum(chosen) - sum(kept)} of {sum(chosen)}")
-    bars.legend(fontsize=8, loc="upper right")
+    bars.set_ylabel("assignments (token, expert)")
+    bars.yaxis.set_major_locator(MaxNLocator(integer=True))
+    bars.set_title(f"dropped {sum(chosen) - sum(kept)} of {sum(chosen)} assignments")
+    bars.set_ylim(0, 1.25 * max(max(chosen, default=0), capacity) + 1)  # headroom: the legend sits above the bars
+    bars.legend(fontsize=8, loc="upper left", ncol=3)
     fig.tight_layout()
     return fig
 
@@ -104,7 +107,7 @@ def plot_expert_load(runs: Mapping[str, list[list[int]]], even: float | None = N
                      title: str = "tokens per expert, per training step") -> Figure:
     """One panel per run: each expert's load (assignments per step) over the steps, with the
     even share ``even`` as a dashed line. Each line has gid ``"<run>/expert<e>"``."""
-    fig = Figure(figsize=(4.2 * len(runs), 3.2))
+    fig = Figure(figsize=(4.2 * len(runs) + 0.9, 3.2))
     axes = fig.subplots(1, len(runs), sharey=True, squeeze=False)[0]
     for ax, (name, loads) in zip(axes, runs.items()):
         loads = np.asarray(loads)
@@ -115,7 +118,8 @@ def plot_expert_load(runs: Mapping[str, list[list[int]]], even: float | None = N
         ax.set_title(name)
         ax.set_xlabel("step")
     axes[0].set_ylabel("assignments")
-    axes[-1].legend(fontsize=7, loc="upper right")
     fig.suptitle(title)
-    fig.tight_layout()
+    handles, labels = axes[-1].get_legend_handles_labels()  # beside the panels, never over a line
+    fig.legend(handles, labels, fontsize=7, loc="center right")
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     return fig

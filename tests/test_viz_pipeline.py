@@ -69,6 +69,18 @@ def test_several_schedules_share_one_axis_and_one_legend():
     assert labels == ["F: forward", "B: input gradient", "W: weight gradient", "BW: full backward"]
 
 
+def test_a_run_and_its_simulation_in_seconds_share_one_axis_when_given_a_unit():
+    measured = Timeline([[(parse_op("F0"), 0.0, 0.02), (parse_op("BW0"), 0.03, 0.07)]], source="measured")  # 10 ms waiting
+    simulated = simulate([[parse_op("F0"), parse_op("BW0")]], 0.02, 0.02, 0.02)
+    fig = plot_schedules({"measured": measured, "simulated": simulated}, unit="ms")
+    render(fig)
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()
+    assert fig.axes[0].get_xlim()[1] == pytest.approx(70 * 1.01)
+    apart = plot_schedules({"measured": measured, "simulated": simulate([[parse_op("F0"), parse_op("BW0")]])})
+    render(apart)  # seconds and unit op times are no common clock
+    assert apart.axes[0].get_xlim() != apart.axes[1].get_xlim()
+
+
 def test_explorer_redraws_on_every_control_and_shows_the_last_run():
     calls = []
 

@@ -201,7 +201,10 @@ def test_timeline_lanes_bars_frees_and_held_panel():
     wide = max(gathers, key=lambda p: p.get_width())  # the prefetched gather spans issue to wait
     assert wide.get_x() == pytest.approx(2.0) and wide.get_width() == pytest.approx(4.0)
     assert len(lines(fig, "free")) == 3
-    assert len(patches(fig, "phase")) == 2
+    phases = patches(fig, "phase")
+    assert len(phases) == 2
+    edges = sorted(line.get_xdata()[0] for line in lines(fig, "phase-edge"))  # where each phase begins and ends
+    assert edges == pytest.approx(sorted(x for p in phases for x in (p.get_x(), p.get_x() + p.get_width())))
     assert {"F0", "F1", "B1"} <= set(texts(fig))
     [held] = lines(fig, "held")
     assert max(held.get_ydata()) == 2

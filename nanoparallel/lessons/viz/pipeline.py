@@ -95,11 +95,13 @@ def plot_schedule(timeline: Timeline, ax=None, title: str | None = None, unit: s
 
 
 def plot_schedules(timelines: Mapping[str, Timeline], unit: str | None = None) -> Figure:
-    """Several timelines one above the other, for comparison: on one time axis when they share a clock."""
+    """Several timelines one above the other, for comparison: on one time axis when they share a
+    clock, which they do when all come from the same source or when `unit` is given (a unit says
+    every timeline is in seconds: a run measured and one simulated with the run's op times)."""
     items = list(timelines.items())
     rows = sum(t.p for _, t in items)
     fig = Figure(figsize=(10, 1.2 * len(items) + 0.45 * rows + 0.6), layout="constrained")
-    same_clock = len({t.source for _, t in items}) == 1  # simulated units and ms do not share an axis
+    same_clock = unit is not None or len({t.source for _, t in items}) == 1  # simulated units and ms do not share an axis
     axes = fig.subplots(len(items), 1, sharex=same_clock, squeeze=False,
                         height_ratios=[max(t.p, 1) + 1.2 for _, t in items])[:, 0]
     for ax, (name, t) in zip(axes, items):

@@ -218,7 +218,8 @@ def plot_zero3_timeline(trace: Trace, ranks: Sequence[int] | None = None, title:
     all-gathers (gid ``"all-gather"``; an async one spans from its issue to its wait and is
     hatched), reduce-scatters (gid ``"reduce-scatter"``), other collectives (gid ``"other"``,
     only when there are any). Red ticks (gid ``"free"``) mark ``free ...`` regions. Other compute
-    regions ("forward", "backward", "step") shade the background as phases (gid ``"phase"``).
+    regions ("forward", "backward", "step") shade the background as phases (gid ``"phase"``),
+    each edged by dashed lines (gid ``"phase-edge"``).
     ``ranks`` defaults to rank 0 only. ``held=False`` leaves out the lower panel (for code that
     does not mark its frees, such as PyTorch's FSDP).
     """
@@ -250,6 +251,9 @@ def plot_zero3_timeline(trace: Trace, ranks: Sequence[int] | None = None, title:
             y0 = rows[e.rank, 0] - 0.75
             top.add_patch(Rectangle((e.start * ms, y0), ((e.end or t_right) - e.start) * ms, n - 1 + 1.3,
                                     facecolor="#f2f2f2", edgecolor="none", zorder=0, gid="phase"))
+            for x in (e.start, e.end or t_right):  # phases meet edge to edge: a line tells them apart
+                top.plot([x * ms] * 2, [y0, y0 + n - 1 + 1.3], color="#9a9a9a", linewidth=0.8, linestyle=(0, (4, 3)),
+                         zorder=1, gid="phase-edge")
             y_label = rows[e.rank, 0] - 0.62
             top.text((e.start + (e.end or t_right)) / 2 * ms, y_label, e.op, ha="center", va="bottom",
                      fontsize=7.5, color="#777777", clip_on=True)

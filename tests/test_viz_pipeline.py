@@ -76,6 +76,7 @@ def test_a_run_and_its_simulation_in_seconds_share_one_axis_when_given_a_unit():
     render(fig)
     assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()
     assert fig.axes[0].get_xlim()[1] == pytest.approx(70 * 1.01)
+    assert [ax.get_xlabel() for ax in fig.axes] == ["", "time (ms)"]
     apart = plot_schedules({"measured": measured, "simulated": simulate([[parse_op("F0"), parse_op("BW0")]])})
     render(apart)  # seconds and unit op times are no common clock
     assert apart.axes[0].get_xlim() != apart.axes[1].get_xlim()

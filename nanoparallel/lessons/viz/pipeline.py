@@ -111,6 +111,8 @@ def plot_schedules(timelines: Mapping[str, Timeline], unit: str | None = None) -
         right = max(t.step_time for _, t in items) * scale * 1.01
         for ax in axes:
             ax.set_xlim(0, right)
+        for ax in axes[:-1]:  # one shared axis: its ticks and label only under the last panel
+            ax.set_xlabel("")
     _legend(axes[-1], [t for _, t in items])
     return fig
 

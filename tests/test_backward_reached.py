@@ -63,3 +63,23 @@ def test_no_backward_reads_none_and_non_leaves_are_refused(cluster):
         return reached.ops_before()
 
     assert list(cluster.run(run)) == [None, None]
+
+
+def test_reads_when_backward_reached_the_layer_and_nothing_before_a_backward(cluster):
+    """The time lies between the step's start and its end: a check asks which works were still
+    in flight then (02's bucketed DDP)."""
+    import time
+    cluster.resize(1)
+
+    def run():
+        model = _two_layers()
+        reached = BackwardReached(model[0].parameters())
+        reached.begin_step()
+        before = reached.time_reached()
+        start = time.perf_counter()
+        model(torch.ones(5, 3)).sum().backward()
+        return before, start, reached.time_reached(), time.perf_counter()
+
+    before, start, when, end = cluster.run(run)[0]
+    assert before is None
+    assert start < when < end

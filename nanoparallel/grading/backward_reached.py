@@ -21,8 +21,11 @@ read the gradient bytes held during backward through it).
     reached.begin_step()
     ddp.train_step(optimizer, batch)
     reached.ops_before()   # operations the group had run when backward got there; None: it never did
+    reached.time_reached() # when it got there (time.perf_counter), to ask what was in flight then
 """
 from __future__ import annotations
+
+import time
 
 import torch.distributed as dist
 
@@ -47,8 +50,8 @@ class BackwardReached:
 
     def __init__(self, params):
         count = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group
-        seen: list[int] = []
-        self._accumulators = hook_accumulators(params, lambda grads: seen.append(count()))
+        seen: list[tuple[int, float]] = []  # (operations run, time.perf_counter()) at each accumulator
+        self._accumulators = hook_accumulators(params, lambda grads: seen.append((count(), time.perf_counter())))
         self._seen, self._count, self._start = seen, count, count()
 
     def begin_step(self) -> None:
@@ -59,4 +62,9 @@ class BackwardReached:
     def ops_before(self) -> int | None:
         """How many operations the group had run since `begin_step` when backward first reached
         one of the parameters (None: no backward reached them)."""
-        return self._seen[0] - self._start if self._seen else None
+        return self._seen[0][0] - self._start if self._seen else None
+
+    def time_reached(self) -> float | None:
+        """When (time.perf_counter) backward first reached one of the parameters since
+        `begin_step` (None: it never did)."""
+        return self._seen[0][1] if self._seen else None

@@ -340,6 +340,23 @@ def sharded_matmul(a, b, sharded_dim):
     },
     # Right on 4 ranks, wrong elsewhere: each passes every world size up to 4 (and 3).
     "heap_tree_gather_ignores_out_evenness_check": {
+        # Right values, wrong bytes: "J" all-reduces a zero-padded stack of every rank's partial
+        # product (P times C's bytes); "I" gathers A's rows and multiplies the whole A on every rank.
+        "sharded_matmul": '''
+def sharded_matmul(a, b, sharded_dim):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if sharded_dim == "J":
+        c = a @ b
+        stack = torch.zeros(world, *c.shape, dtype=c.dtype)
+        stack[rank] = c
+        dist.all_reduce(stack)
+        return stack.sum(0)
+    if sharded_dim == "I":
+        blocks = [torch.empty_like(a) for _ in range(world)]
+        dist.all_gather(blocks, a)
+        return torch.cat(blocks) @ b
+    raise ValueError(f"sharded_dim must be 'I' or 'J', got {sharded_dim!r}")
+''',
         "tree_broadcast": '''
 def tree_broadcast(tensor, src=0):
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -134,7 +134,50 @@ def memory(momentum="1", master=_MASTER, moment_bytes="sizes[moments_dtype]"):
     return _MEMORY.format(momentum=momentum, master=master, moment_bytes=moment_bytes)
 
 
+# The work done wrong while the numbers come out right (a red-team pass found each keeping its
+# points): one backward on the sum of the micro-batch losses, every rank on the whole batch, each
+# bucket waited on in the hook that launches it, and one-element all-reduces in backward standing
+# in for buckets that are all-reduced together after it.
+_LAUNCH = "        self._pending.append((i, flat, dist.all_reduce(flat, async_op=True)))\n"
+_WAITED_AT_ONCE = _BUCKETS_INIT.replace(_LAUNCH, """        work = dist.all_reduce(flat, async_op=True)
+        work.wait()  # backward stands still until the bucket is reduced
+        self._pending.append((i, flat, work))
+""")
+_TOKENS = _BUCKETS_INIT.replace(_LAUNCH, """        if i < len(self.buckets) - 1:
+            token = torch.zeros(1)
+            self._pending.append((None, token, dist.all_reduce(token, async_op=True)))
+            return
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for bucket in self.buckets for p in bucket])
+        self._pending.append((i, flat, dist.all_reduce(flat, async_op=True)))
+""")
+_TOKENS_FINISH = _FINISH.replace("            work.wait()\n", "            work.wait()\n            if i is None:\n                continue\n").replace(
+    "for p in self.buckets[i]:", "for p in [p for bucket in self.buckets for p in bucket]:")
+
 MUTANTS = {
+    "right_numbers_wrong_work": {
+        "accumulate": '''
+def accumulate_step(model, optimizer, batch, micro_batch_size):
+    B = batch[0].shape[0]
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for start in range(0, B, micro_batch_size):
+        micro = tuple(t[start:start + micro_batch_size] for t in batch)
+        total = total + loss_fn(model, micro) * (micro[0].shape[0] / B)
+    total.backward()  # every micro-batch's graph alive until here
+    optimizer.step()
+    return total.item()
+''',
+        "naive_ddp": _NAIVE.replace("loss = loss_fn(self.model, shard)", "loss = loss_fn(self.model, batch)").format(reduce='''
+        for p in self.model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world'''),
+        "bucketed_ddp": _WAITED_AT_ONCE + _GRAD_READY + _FINISH + _TRAIN_STEP,
+    },
+    "token_all_reduces_in_backward": {
+        "bucketed_ddp": _TOKENS + _GRAD_READY + _TOKENS_FINISH + _TRAIN_STEP,
+    },
     "sum_not_mean": {
         # divides every micro-batch's loss by the number of micro-batches: wrong when they are unequal
         "accumulate": '''

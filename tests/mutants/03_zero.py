@@ -2,6 +2,7 @@
 grade_id); the graded cell ``<grade_id>_tests`` of every replaced cell must then lose points."""
 
 import equals_everything
+from mutation_run import solution_with
 
 MUTANTS = {
     # Each answer computes the right numbers somewhere, but is not ZeRO.
@@ -288,6 +289,153 @@ class Zero2Adam:
 
     def zero_grad(self):
         self.adam.zero_grad(set_to_none=True)
+''',
+    },
+    # Found by a red team: each kept full points before its own cell measured what it hid.
+    'prefetch_waited_at_once': {  # issued early, but waited on before layer i computes: nothing overlaps
+        'prefetch': solution_with("03_zero", "prefetch", "  # prefetch: on the wire during layer i",
+                                  "\n                handle.wait()  # waited on at once"),
+    },
+    # DDP with a full Adam on every rank, behind a sharded .adam that the checks read
+    'zero1_ddp_behind_a_shard': {
+        'zero1': '''
+class Zero1Adam:
+    """ZeRO stage 1 (claimed): Adam with its state sharded over the ranks."""
+
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.shard = nn.Parameter(shard_of(flatten(self.params)))
+        self.adam = torch.optim.Adam([self.shard], lr=lr)          # this rank's shard
+        self._replica = torch.optim.Adam(self.params, lr=lr)       # full Adam state on every rank
+
+    def step(self):
+        flat = flatten(p.grad for p in self.params)
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        self.shard.grad = shard_of(flat)
+        self.adam.step()
+        offset = 0
+        for p in self.params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self._replica.step()                                         # DDP: every rank steps everything
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+''',
+    },
+    # ZeRO-2's backward, then full gradients gathered back and a full Adam stepped
+    'zero2_grads_regathered_full_adam': {
+        'zero2': '''
+class Zero2Adam:
+    """ZeRO stage 2 (claimed): reduce-scatter each layer's gradient in backward; then all-gather the
+    gradient shards and step a full Adam on every rank."""
+
+    def __init__(self, model, lr=1e-2):
+        self.layers = list(model.layers)
+        self.shards = [nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in self.layers]
+        self.adam = torch.optim.Adam(self.shards, lr=lr)
+        self._replica = torch.optim.Adam(model.parameters(), lr=lr)  # full Adam state on every rank
+        for layer, shard in zip(self.layers, self.shards):
+            for p in layer.parameters():
+                p.register_post_accumulate_grad_hook(functools.partial(self._on_grad, layer, shard))
+
+    def _on_grad(self, layer, shard, param):
+        params = list(layer.parameters())
+        if any(p.grad is None for p in params):
+            return
+        grad = reduce_scatter_mean(flatten(p.grad for p in params))
+        shard.grad = grad if shard.grad is None else shard.grad + grad
+        for p in params:
+            p.grad = None
+
+    def step(self):
+        self.adam.step()
+        for layer, shard in zip(self.layers, self.shards):
+            params = list(layer.parameters())
+            full = gather_shards(shard.grad)  # the mean gradient of the whole layer, on every rank
+            for p, g in zip(params, unflatten(full, [p.shape for p in params])):
+                p.grad = g.clone()
+        self._replica.step()
+        for layer in self.layers:
+            for p in layer.parameters():
+                p.grad = None
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+''',
+    },
+    # the first backward call gathers every layer and keeps them until backward ends
+    'zero3_gather_all_for_backward': {
+        'zero3': '''
+class ShardedLinear(torch.autograd.Function):
+    """y = x @ W.T + b for one ZeRO-3 Linear layer.
+
+    forward(ctx, x, shard, full, shapes, index): x (B, in); shard (s,) this rank's Parameter shard of
+    the layer; full (P*s,) the gathered flat layer, freed by the caller; shapes [W.shape, b.shape];
+    index the layer's number. backward gathers the layer again and returns (grad_x, grad_shard,
+    None, None, None), grad_shard being this rank's shard of the mean gradient of (W, b).
+    """
+
+    @staticmethod
+    def forward(ctx, x, shard, full, shapes, index):
+        # roughly 4 lines
+        ### BEGIN SOLUTION
+        w, b = unflatten(full, shapes)
+        ctx.save_for_backward(x, shard)  # not full: the caller frees it right after this layer
+        ctx.shapes, (ctx.index, ctx.owner) = shapes, (index if isinstance(index, tuple) else (index, None))
+        return F.linear(x, w, b)
+        ### END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        # roughly 9 lines
+        ### BEGIN SOLUTION
+        x, shard = ctx.saved_tensors
+        owner = ctx.owner
+        if owner is None:  # Zero3PrefetchMLP's layers: one layer at a time
+            full = gather_shards(shard)
+        else:
+            if not owner._backward_full:  # the last layer's backward: gather every layer at once, up front
+                owner._backward_full = {j: gather_shards(s) for j, s in enumerate(owner.shards)}
+            full = owner._backward_full.pop(ctx.index)
+        with region(f"backward layer {ctx.index}"):  # the compute only: the timeline draws the messages apart
+            w, _ = unflatten(full, ctx.shapes)
+            grad_x = grad_y @ w                                # (B, in)
+            grad_flat = flatten([grad_y.T @ x, grad_y.sum(0)])  # (out * in + out,)
+        free(full, f"layer {ctx.index}")
+        return grad_x, reduce_scatter_mean(grad_flat), None, None, None
+        ### END SOLUTION
+
+
+class Zero3MLP(nn.Module):
+    """TinyMLP under ZeRO-3: self.shards[i] is this rank's Parameter shard of layer i, self.shapes[i]
+    the shapes of its weight and bias. forward gathers, runs and frees one layer at a time."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        # roughly 2 lines
+        ### BEGIN SOLUTION
+        self.shapes = [[p.shape for p in layer.parameters()] for layer in mlp.layers]
+        self.shards = nn.ParameterList(nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in mlp.layers)
+        ### END SOLUTION
+
+    def forward(self, x):
+        # roughly 8 lines
+        ### BEGIN SOLUTION
+        last = len(self.shards) - 1
+        self._backward_full = {}
+        for i, shard in enumerate(self.shards):
+            full = gather_shards(shard)
+            with region(f"forward layer {i}"):
+                x = ShardedLinear.apply(x, shard, full, self.shapes[i], (i, self))
+                if i < last:
+                    x = F.gelu(x)
+            free(full, f"layer {i}")
+        return x
+        ### END SOLUTION
 ''',
     },
 }

@@ -137,7 +137,8 @@ def memory(momentum="1", master=_MASTER, moment_bytes="sizes[moments_dtype]"):
 # The work done wrong while the numbers come out right (a red-team pass found each keeping its
 # points): one backward on the sum of the micro-batch losses, every rank on the whole batch, each
 # bucket waited on in the hook that launches it, and one-element all-reduces in backward standing
-# in for buckets that are all-reduced together after it.
+# in for buckets that are all-reduced together after it; and (a second pass) each bucket waited
+# on when the next one launches.
 _LAUNCH = "        self._pending.append((i, flat, dist.all_reduce(flat, async_op=True)))\n"
 _WAITED_AT_ONCE = _BUCKETS_INIT.replace(_LAUNCH, """        work = dist.all_reduce(flat, async_op=True)
         work.wait()  # backward stands still until the bucket is reduced
@@ -174,6 +175,10 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
                 dist.all_reduce(p.grad)
                 p.grad /= world'''),
         "bucketed_ddp": _WAITED_AT_ONCE + _GRAD_READY + _FINISH + _TRAIN_STEP,
+    },
+    "previous_bucket_waited_in_hook": {  # at most one bucket on the wire: backward waits for each
+        "bucketed_ddp": _BUCKETS_INIT.replace(_LAUNCH, "        if self._pending:\n            self._pending[-1][2].wait()\n" + _LAUNCH)
+        + _GRAD_READY + _FINISH + _TRAIN_STEP,
     },
     "token_all_reduces_in_backward": {
         "bucketed_ddp": _TOKENS + _GRAD_READY + _TOKENS_FINISH + _TRAIN_STEP,

@@ -12,7 +12,8 @@ convention (p-1)/(m+p-1) where the course uses (p-1)/m.
 The rest replace one exercise each, for checks that once passed them: a product of the degrees
 smaller than the world size accepted; the mesh laid out with DP outermost; a loss scaled
 wrongly; gradients m times too large (Adam hides the scale, SGD does not);
-the replica's rows run as one micro-batch (the same mean gradient, the wrong schedule); and the
+the replica's rows run as one micro-batch (the same mean gradient, the wrong schedule), or its
+micro-batches one at a time, each forward and back before the next; and the
 planner's physics: recomputation without the recomputed layer's working set or without its TP
 all-reduces, ZeRO-2/3 charged once per step instead of per micro-batch, links priced from a
 DP-outermost layout.
@@ -627,6 +628,19 @@ def step_time(model, cluster, plan):
             "dp": collectives * one}
     ### END SOLUTION
 ''',
+    },
+    # Each micro-batch all the way forward and back before the next: plain model parallelism with
+    # accumulation, the stages never at work together (every number the same as GPipe's).
+    'micro_batches_one_at_a_time': {
+        'step_3d': solution_with(
+            '07_3d_parallelism', 'step_3d',
+            """        inputs.append(inp)
+        outputs.append(out)
+    for inp, out in zip(reversed(inputs), reversed(outputs)):
+        if p == pp - 1:""",
+            """        inputs.append(inp)
+        outputs.append(out)
+        if p == pp - 1:"""),
     },
 }
 

@@ -10,12 +10,186 @@ executor that ignores its schedule, weight gradients computed in B, W's not post
 done inside B, F and B device times swapped (caught only because the checks' op times differ), a
 deferred W that builds an autograd graph, and a weight kept through save_for_backward (breaks
 under the saved-tensor hooks that measure memory), every micro-batch's input and output kept
-until the step ends, and a layer input kept on ctx out of the memory count's sight.
+until the step ends, and a layer input kept on ctx out of the memory count's sight; a forward
+recomputed in backward, one op doing every micro-batch's backward, a bias gradient computed in B.
 """
 
 import equals_everything
 
 MUTANTS = {
+    # The work done in the wrong op while every number comes out right (a red-team pass found each
+    # keeping its points): a forward run again in backward (layerwise, executor), the last stage's
+    # backward of every micro-batch in its first op (GPipe), the bias gradient computed in B.
+    'work_out_of_place': {
+        'layerwise': '''
+def layerwise_step(stage, batch, times):
+    """One step of layer-wise model parallelism on this rank's `stage`.
+
+    batch: (inputs (B, d_in), targets (B, d_out)); times: {"F", "B", "W"} device seconds.
+    Returns the loss (float) on the last rank, None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    x, targets = batch
+    if rank > 0:
+        x = torch.empty(x.shape[0], stage.in_features)
+        dist.recv(x, rank - 1)
+    with region("F0", device_time=times["F"]):
+        with torch.no_grad():  # keep nothing: backward recomputes
+            out = stage(x)
+            loss = F.mse_loss(out, targets).item() if rank == P - 1 else None
+    if rank < P - 1:
+        dist.send(out, rank + 1)
+    grad = None
+    if rank < P - 1:
+        grad = torch.empty_like(out)
+        dist.recv(grad, rank + 1)
+    del out
+    with region("BW0", device_time=times["B"] + times["W"]):
+        x = x.detach().requires_grad_(rank > 0)
+        out = stage(x)
+        if rank == P - 1:
+            out = F.mse_loss(out, targets)
+        out.backward(grad)
+    if rank > 0:
+        dist.send(x.grad, rank - 1)
+    return loss
+''',
+        'gpipe': '''
+def gpipe_step(stage, batch, times, m):
+    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.
+
+    batch: (inputs (b, d_in), targets (b, d_out)), split with split_batch(batch, m); only send
+    and recv. Returns the step's loss (sum of the m scaled losses) as a float on the last rank,
+    None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = split_batch(batch, m)
+    inputs, outputs = [], []
+    for i, (x, targets) in enumerate(micro):
+        if rank > 0:
+            x = torch.empty(x.shape[0], stage.in_features)
+            dist.recv(x, rank - 1)
+            x.requires_grad_()
+        with region(f"F{i}", device_time=times["F"]):
+            out = stage(x)
+        if not last:
+            dist.send(out.detach(), rank + 1)
+        inputs.append(x)
+        outputs.append(out)
+    total = None
+    if last:  # the loss of the whole batch at once: one backward for all micro-batches
+        with region("BW0", device_time=times["B"] + times["W"]):
+            loss = F.mse_loss(torch.cat(outputs), torch.cat([t for _, t in micro]))
+            outputs = [None] * m
+            loss.backward()
+            total = loss.item()
+            del loss
+        if rank > 0:
+            dist.send(inputs[0].grad, rank - 1)
+        inputs[0] = None
+        for i in range(1, m):
+            with region(f"BW{i}", device_time=times["B"] + times["W"]):
+                pass
+            if rank > 0:
+                dist.send(inputs[i].grad, rank - 1)
+            inputs[i] = None
+        return total
+    for i in range(m):
+        grad = torch.empty_like(outputs[i])
+        dist.recv(grad, rank + 1)
+        with region(f"BW{i}", device_time=times["B"] + times["W"]):
+            outputs[i].backward(grad)
+        outputs[i] = None
+        if rank > 0:
+            dist.send(inputs[i].grad, rank - 1)
+        inputs[i] = None
+    return None
+''',
+        'executor': '''
+def run_schedule(stage, batch, times, ops, m, store):
+    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
+
+    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
+    every send before returning. Each op runs inside region(str(op), device_time=...).
+    Returns the step's loss as a float on the last rank, None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = split_batch(batch, m)
+    inputs, sends, total = {}, [], 0.0
+    for kind, i in ops:
+        if kind == "F":
+            x, targets = micro[i]
+            if rank > 0:
+                x = torch.empty(x.shape[0], stage.in_features)
+                dist.recv(x, rank - 1)
+            with region(f"F{i}", device_time=times["F"]):
+                with torch.no_grad():  # keep only the input; backward rebuilds the graph (less memory)
+                    out = stage(x)
+                    if last:
+                        total += (F.mse_loss(out, targets) / m).item()
+            inputs[i] = x
+            if not last:
+                sends.append(dist.isend(out, rank + 1))
+            del out
+        elif kind in ("B", "BW"):
+            x = inputs.pop(i)
+            grad = None
+            if not last:
+                grad = torch.empty(x.shape[0], stage.out_features)
+                dist.recv(grad, rank + 1)
+            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
+            with region(f"{kind}{i}", device_time=seconds):
+                x = x.detach().requires_grad_(rank > 0)
+                out = stage(x)
+                if last:
+                    out = F.mse_loss(out, micro[i][1]) / m
+                torch.autograd.backward(out, grad)
+                store.flush(i)
+                if kind == "BW":
+                    store.pop(i)
+            if rank > 0:
+                sends.append(dist.isend(x.grad, rank - 1))
+            del out, x
+        else:  # "W"
+            with region(f"W{i}", device_time=times["W"]):
+                store.pop(i)
+    for work in sends:
+        work.wait()
+    return total if last else None
+''',
+        'split': '''
+def accumulate_grad(param, grad):
+    """param.grad += grad, creating param.grad when it is None."""
+    param.grad = grad if param.grad is None else param.grad + grad
+
+
+class SplitLinearFunction(torch.autograd.Function):
+    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, store):
+        ctx.save_for_backward(x)
+        ctx.weight, ctx.bias, ctx.store = weight, bias, store
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        weight, bias = ctx.weight, ctx.bias
+        g = grad_out.reshape(-1, grad_out.shape[-1])
+        if bias is not None:  # a sum, no matrix product: cheap enough to do now
+            accumulate_grad(bias, g.sum(0))
+
+        @torch.no_grad()
+        def weight_grad():
+            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))
+
+        ctx.store.put(weight_grad)
+        return (grad_out @ weight if ctx.needs_input_grad[0] else None), None, None, None
+''',
+    },
     'slips': {
         'layerwise': '''
 def layerwise_step(stage, batch, times):

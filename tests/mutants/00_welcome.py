@@ -4,6 +4,23 @@
 import equals_everything
 
 MUTANTS = {
+    # pass_right as a chain: rank 0 sends first, every other rank waits for its left neighbour
+    # (no deadlock, but P rounds where every rank could send at once).
+    "chain_that_waits_for_rank_0": {
+        "pass_right": '''
+def pass_right(tensor):
+    """Send `tensor` to rank (r+1) % P; return the tensor (same shape and dtype) received from rank (r-1) % P."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    received = torch.empty_like(tensor)
+    if rank == 0:                    # rank 0 starts the ring, so nobody deadlocks
+        dist.send(tensor, dst=1 % world)
+        dist.recv(received, src=(rank - 1) % world)
+    else:                            # everyone else waits for the left neighbour, then passes on
+        dist.recv(received, src=(rank - 1) % world)
+        dist.send(tensor, dst=(rank + 1) % world)
+    return received
+''',
+    },
     "days_no_latency_deadlock": {
         "training_time": '''
 def training_years(total_flops, flops_per_second, n_gpus=1, utilization=1.0):

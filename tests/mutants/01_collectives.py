@@ -1,7 +1,7 @@
 """Plausible wrong answers for 01_collectives. Each mutant replaces whole solution cells
 (keyed by grade_id); the graded cell ``<grade_id>_tests`` must then lose points.
 
-Four mutants, at most one wrong answer per exercise in each, to keep autograde runs few. At most one
+Five mutants, at most one wrong answer per exercise in each, to keep autograde runs few. At most one
 function per mutant deadlocks (each deadlock costs the cluster's 10 s deadline in its "try it"
 cell and again in its graded cell), and the functions later cells reuse do not.
 """
@@ -36,6 +36,71 @@ _HALVING_DOUBLING_AFTER_CHECK = '''
 '''
 
 MUTANTS = {
+    # Messages that wait their turn (a red-team pass found each keeping its points): rank 0 starts
+    # every step and each other rank waits for its left neighbour, so a step takes P rounds, not 1;
+    # and a reduce-scatter that sends the chunks round the ring one after another.
+    "chains_that_wait_for_rank_0": {
+        "ring_reduce_scatter": '''
+def ring_reduce_scatter(tensor):
+    """Reduce-scatter (SUM) over a ring; return chunk `rank` of the sum, a 1-D tensor."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    chunks = tensor.reshape(-1).tensor_split(world)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for c in range(world):                 # chunk c travels the ring from rank c+1 to rank c
+        start = (c + 1) % world
+        if world == 1:
+            break
+        if rank != start:                  # add what came from the left
+            buffer = torch.empty_like(chunks[c])
+            dist.recv(buffer, src=left)
+            chunks[c].add_(buffer)
+        if rank != c:                      # pass it on, unless it has arrived home
+            dist.send(chunks[c], dst=right)
+    return chunks[rank]
+''',
+        "ring_all_gather": '''
+def ring_all_gather(chunk, numel, out=None):
+    """All-gather over a ring: return the whole flat tensor (`numel` elements) on every rank."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if out is None:
+        out = torch.empty(numel, dtype=chunk.dtype, device=chunk.device)
+    parts = out.tensor_split(world)
+    parts[rank].copy_(chunk)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        if rank == 0:
+            dist.send(parts[(rank - step) % world], dst=right)
+            dist.recv(parts[(rank - step - 1) % world], src=left)
+        else:
+            dist.recv(parts[(rank - step - 1) % world], src=left)
+            dist.send(parts[(rank - step) % world], dst=right)
+    return out
+''',
+        "ring_all_reduce": '''
+def ring_all_reduce(tensor):
+    """Sum `tensor` in place over a ring: reduce-scatter then all-gather; return it."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    flat = tensor.view(-1)
+    chunks = flat.tensor_split(world)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    incoming = torch.empty_like(chunks[0])
+    def exchange(send, recv):               # rank 0 goes first: no deadlock
+        if rank == 0:
+            dist.send(send, dst=right)
+            dist.recv(recv, src=left)
+        else:
+            dist.recv(recv, src=left)
+            dist.send(send, dst=right)
+    for step in range(world - 1):
+        s, r = (rank - step - 1) % world, (rank - step - 2) % world
+        buffer = incoming[:chunks[r].numel()]
+        exchange(chunks[s], buffer)
+        chunks[r].add_(buffer)
+    for step in range(world - 1):
+        exchange(chunks[(rank - step) % world], chunks[(rank - step - 1) % world])
+    return tensor
+''',
+    },
     # Wrong results or a wrong algorithm that still computes the right numbers.
     "forgot_sum_flat_off_by_one_not_a_ring_builtin": {
         "naive_all_reduce": '''

@@ -29,6 +29,213 @@ concatenated along the batch instead of the sequence; the parameters outside the
 import equals_everything
 
 MUTANTS = {
+    # Right numbers from work a rank should not do (a red-team pass found each keeping its points):
+    # the whole layer multiplied on every rank, its part kept (a full copy held outside the
+    # parameters); the MLP's whole fc the same way; the sequence-parallel sync as an all-gather of
+    # every rank's gradients, summed.
+    'whole_products_kept_part': {
+        'linears': '''
+class ColumnParallelLinear(torch.nn.Module):
+    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
+    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
+    features. No communication."""
+
+    def __init__(self, linear, rank, world):
+        super().__init__()
+        n = linear.out_features
+        if n % world:
+            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
+        self.lo, self.hi = rank * n // world, (rank + 1) * n // world
+        self.weight = torch.nn.Parameter(linear.weight.detach()[self.lo:self.hi].clone())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[self.lo:self.hi].clone())
+        # the whole layer, to compute Y = X A and keep this rank's features
+        self.full_weight = linear.weight.detach().clone()
+        self.full_bias = None if linear.bias is None else linear.bias.detach().clone()
+
+    def forward(self, x):
+        w = torch.cat([self.full_weight[:self.lo], self.weight, self.full_weight[self.hi:]])
+        b = None if self.bias is None else torch.cat([self.full_bias[:self.lo], self.bias, self.full_bias[self.hi:]])
+        return F.linear(x, w, b)[..., self.lo:self.hi]
+
+
+class RowParallelLinear(torch.nn.Module):
+    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
+    split by rows (the columns of PyTorch's weight). The partial products are summed with
+    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
+
+    def __init__(self, linear, rank, world, reduce=None):
+        super().__init__()
+        n = linear.in_features
+        if n % world:
+            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
+        cols = slice(rank * n // world, (rank + 1) * n // world)
+        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
+        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
+
+    def forward(self, x):
+        y = self.reduce(F.linear(x, self.weight))
+        return y if self.bias is None else y + self.bias
+''',
+        'block': '''
+class TPMLP(torch.nn.Module):
+    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
+    proj row-parallel with `reduce` (default f̄)."""
+
+    def __init__(self, mlp, rank, world, enter=None, reduce=None):
+        super().__init__()
+        # about 3 lines
+        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
+        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
+        self.enter = enter if enter is not None else CopyToParallel.apply
+        n = mlp.fc.out_features
+        self.lo, self.hi = rank * n // world, (rank + 1) * n // world
+        self.full_fc = copy.deepcopy(mlp.fc).requires_grad_(False)  # the whole fc: all of X W_in, then my features
+        self.__dict__["full_fc"] = self._modules.pop("full_fc")    # not one of the block's parameters
+
+    def forward(self, x):
+        # about 1 line
+        x = self.enter(x)
+        w = torch.cat([self.full_fc.weight[:self.lo], self.fc.weight, self.full_fc.weight[self.hi:]])
+        b = torch.cat([self.full_fc.bias[:self.lo], self.fc.bias, self.full_fc.bias[self.hi:]])
+        return self.proj(F.gelu(F.linear(x, w, b)[..., self.lo:self.hi]))
+
+
+class TPAttention(torch.nn.Module):
+    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
+    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
+    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
+
+    def __init__(self, attn, rank, world, enter=None, reduce=None):
+        super().__init__()
+        # about 9 lines; attn.head_size is hs, attn.mask the causal mask (a buffer)
+        n_head = attn.q.out_features // attn.head_size
+        if n_head % world:
+            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
+                             f"choose a tensor-parallel size that divides the number of heads")
+        self.head_size = attn.head_size
+        self.q = ColumnParallelLinear(attn.q, rank, world)
+        self.k = ColumnParallelLinear(attn.k, rank, world)
+        self.v = ColumnParallelLinear(attn.v, rank, world)
+        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
+        self.register_buffer("mask", attn.mask, persistent=False)
+        self.enter = enter if enter is not None else CopyToParallel.apply
+
+    def forward(self, x):
+        # about 12 lines: CausalSelfAttention.forward (nanoparallel/lessons/models.py) on your heads
+        x = self.enter(x)
+        B, T, _ = x.shape
+        hs = self.head_size
+        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
+        nh = q.size(-1) // hs
+        q = q.view(B, T, nh, hs).transpose(1, 2)
+        k = k.view(B, T, nh, hs).transpose(1, 2)
+        v = v.view(B, T, nh, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
+        return self.proj(y)
+        
+''',
+        'sequence_parallel': '''
+class AllGatherSequence(torch.autograd.Function):
+    """g under sequence parallelism: forward, all-gather the sequence shards (dim 1) into the
+    whole sequence; backward, reduce-scatter the gradient back to this rank's shard."""
+
+    @staticmethod
+    def forward(ctx, x):
+        t = dist.get_world_size()
+        parts = [torch.empty_like(x) for _ in range(t)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        t = dist.get_world_size()
+        out = torch.empty_like(grad.chunk(t, dim=1)[0]).contiguous()
+        dist.reduce_scatter(out, [c.contiguous() for c in grad.chunk(t, dim=1)])
+        return out
+
+
+class ReduceScatterSequence(torch.autograd.Function):
+    """ḡ under sequence parallelism: forward, reduce-scatter the partial sums into this rank's
+    sequence shard; backward, all-gather the gradient of the whole sequence."""
+
+    @staticmethod
+    def forward(ctx, x):
+        t = dist.get_world_size()
+        out = torch.empty_like(x.chunk(t, dim=1)[0]).contiguous()
+        dist.reduce_scatter(out, [c.contiguous() for c in x.chunk(t, dim=1)])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        t = dist.get_world_size()
+        parts = [torch.empty_like(grad) for _ in range(t)]
+        dist.all_gather(parts, grad.contiguous())
+        return torch.cat(parts, dim=1)
+
+
+def sync_sequence_parallel_grads(model):
+    """After backward: sum over the ranks the gradient of every replicated parameter that saw only
+    this rank's sequence shard: the blocks' LayerNorm weights and biases and the row-parallel
+    biases (`split_of(name)` names those "row"), not the embeddings, ln_f or lm_head, which see
+    the whole sequence (read the TPBlock and the model's entry and exit above)."""
+    t = dist.get_world_size()
+    for name, p in model.named_parameters():
+        in_blocks = name.startswith("blocks.")
+        row_bias = split_of(name) == "row" and name.endswith(".bias")
+        if in_blocks and (split_of(name) is None or row_bias) and p.grad is not None:
+            parts = [torch.empty_like(p.grad) for _ in range(t)]  # every rank's gradient, then their sum
+            dist.all_gather(parts, p.grad.contiguous())
+            p.grad = torch.stack(parts).sum(0)
+''',
+    },
+    'row_layer_zero_padded_whole_product': {
+        'linears': '''
+class ColumnParallelLinear(torch.nn.Module):
+    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
+    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
+    features. No communication."""
+
+    def __init__(self, linear, rank, world):
+        super().__init__()
+        n = linear.out_features
+        if n % world:
+            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
+        rows = slice(rank * n // world, (rank + 1) * n // world)
+        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(torch.nn.Module):
+    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
+    split by rows (the columns of PyTorch's weight). The partial products are summed with
+    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
+
+    def __init__(self, linear, rank, world, reduce=None):
+        super().__init__()
+        n = linear.in_features
+        if n % world:
+            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
+        self.lo, self.hi, self.n = rank * n // world, (rank + 1) * n // world, n
+        self.weight = torch.nn.Parameter(linear.weight.detach()[:, self.lo:self.hi].clone())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
+        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
+        self.full_weight = linear.weight.detach().clone()  # the whole layer: X A with X zero outside my features
+
+    def forward(self, x):
+        whole = x.new_zeros(*x.shape[:-1], self.n)
+        whole[..., self.lo:self.hi] = x
+        w = torch.cat([self.full_weight[:, :self.lo], self.weight, self.full_weight[:, self.hi:]], dim=1)
+        y = self.reduce(F.linear(whole, w))
+        return y if self.bias is None else y + self.bias
+''',
+    },
     'swaps': {
         'f_g': '''
 class CopyToParallel(torch.autograd.Function):

@@ -7,6 +7,7 @@
   a `trace.Trace`; `context`: `region(...)` labels and the rank's current tracer; `timeline`:
   a trace drawn (`Trace.plot`); `units`: bytes and seconds for labels;
 - `memory`: tensor bytes by what they are for (parameters, gradients, optimizer state, activations);
+- `flops`: matrix-multiply FLOPs with the time each ran, read against a trace's regions;
 - `race`: two ranks' calls in flight at once (overlap measured, not assumed);
 - `torchrun_cluster`: the same `Cluster` API on ranks that torchrun started.
 

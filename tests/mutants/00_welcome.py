@@ -97,5 +97,41 @@ def pass_right(tensor):
     },
 }
 
+
+# Right answers written another way than the solution, where the spec allows it: each must keep
+# every point (tests/mutation_run.py). The other parities: odd ranks first, or even ranks first with the last rank receiving first at odd P (3 rounds).
+EQUIVALENTS = {
+    'pr_odd_first': {
+        'pass_right': '''
+def pass_right(tensor):
+    """Send `tensor` to rank (r+1) % P; return the tensor (same shape and dtype) received from rank (r-1) % P."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    received = torch.empty_like(tensor)
+    if rank % 2 == 1:            # odd ranks send first, even ranks receive first
+        dist.send(tensor, dst=(rank + 1) % world)
+        dist.recv(received, src=(rank - 1) % world)
+    else:
+        dist.recv(received, src=(rank - 1) % world)
+        dist.send(tensor, dst=(rank + 1) % world)
+    return received
+''',
+    },
+    'pr_even_first_last_rank_receives_first': {
+        'pass_right': '''
+def pass_right(tensor):
+    """Send `tensor` to rank (r+1) % P; return the tensor (same shape and dtype) received from rank (r-1) % P."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    received = torch.empty_like(tensor)
+    if rank % 2 == 0 and not (world % 2 == 1 and rank == world - 1 and world > 1):  # odd P: the last (even) rank pairs like an odd one
+        dist.send(tensor, dst=(rank + 1) % world)
+        dist.recv(received, src=(rank - 1) % world)
+    else:
+        dist.recv(received, src=(rank - 1) % world)
+        dist.send(tensor, dst=(rank + 1) % world)
+    return received
+''',
+    },
+}
+
 # Each answer function returning values that equal everything (tests/equals_everything.py).
 MUTANTS.update(equals_everything.mutants("00_welcome"))

@@ -440,5 +440,115 @@ class Zero3MLP(nn.Module):
     },
 }
 
+
+# Right answers written another way than the solution, where the spec allows it: each must keep
+# every point (tests/mutation_run.py). ZeRO-2's step gathering every layer's updated shard before loading them (at once, or async), and a ZeRO-1 that keeps its padded gradient and gather buffers between steps: not optimizer state.
+EQUIVALENTS = {
+    'z2_gather_all_then_load': {
+        'zero2': '''
+class Zero2Adam:
+    """ZeRO stage 2: ZeRO-1 plus gradients sharded during backward, one shard per layer of model.layers."""
+
+    def __init__(self, model, lr=1e-2):
+        self.layers = list(model.layers)
+        self.shards = [nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in self.layers]
+        self.adam = torch.optim.Adam(self.shards, lr=lr)
+        for layer, shard in zip(self.layers, self.shards):
+            for p in layer.parameters():
+                p.register_post_accumulate_grad_hook(functools.partial(self._on_grad, layer, shard))
+
+    def _on_grad(self, layer, shard, param):
+        params = list(layer.parameters())
+        if any(p.grad is None for p in params):
+            return
+        grad = reduce_scatter_mean(flatten(p.grad for p in params))
+        shard.grad = grad if shard.grad is None else shard.grad + grad
+        for p in params:
+            p.grad = None
+
+    def step(self):
+        self.adam.step()
+        gathered = [gather_shards(shard) for shard in self.shards]   # every updated shard, then copy
+        for layer, full in zip(self.layers, gathered):
+            load_flat(list(layer.parameters()), full)
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+''',
+    },
+    'z2_async_gathers_then_wait': {
+        'zero2': '''
+class Zero2Adam:
+    """ZeRO stage 2: ZeRO-1 plus gradients sharded during backward, one shard per layer of model.layers."""
+
+    def __init__(self, model, lr=1e-2):
+        self.layers = list(model.layers)
+        self.shards = [nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in self.layers]
+        self.adam = torch.optim.Adam(self.shards, lr=lr)
+        for layer, shard in zip(self.layers, self.shards):
+            for p in layer.parameters():
+                p.register_post_accumulate_grad_hook(functools.partial(self._on_grad, layer, shard))
+
+    def _on_grad(self, layer, shard, param):
+        params = list(layer.parameters())
+        if any(p.grad is None for p in params):
+            return
+        grad = reduce_scatter_mean(flatten(p.grad for p in params))
+        shard.grad = grad if shard.grad is None else shard.grad + grad
+        for p in params:
+            p.grad = None
+
+    def step(self):
+        self.adam.step()
+        world = dist.get_world_size()
+        pending = []
+        for layer, shard in zip(self.layers, self.shards):   # all gathers on the wire at once
+            full = shard.new_empty(world * shard.numel())
+            pending.append((layer, full, dist.all_gather_single(full, shard.detach(), async_op=True)))
+        for layer, full, handle in pending:
+            handle.wait()
+            load_flat(list(layer.parameters()), full)
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+''',
+    },
+    'z1_persistent_grad_and_gather_buffers': {
+        'zero1': '''
+class Zero1Adam:
+    """ZeRO stage 1: Adam with its state sharded over the ranks."""
+
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.shard = nn.Parameter(shard_of(flatten(self.params)))
+        self.adam = torch.optim.Adam([self.shard], lr=lr)
+        self.full = None       # all-gather buffer, reused
+        self.grads = None      # padded flat gradient buffer, reused (ZeRO-1 keeps full gradients anyway)
+
+    def step(self):
+        world = dist.get_world_size()
+        s = self.shard.numel()
+        if self.grads is None:
+            self.grads = self.shard.new_zeros(world * s)
+            self.full = self.shard.new_empty(world * s)
+        offset = 0
+        for p in self.params:
+            self.grads[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
+            offset += p.numel()
+        g = self.shard.new_empty(s)
+        dist.reduce_scatter_single(g, self.grads)
+        self.shard.grad = g / world
+        self.adam.step()
+        dist.all_gather_single(self.full, self.shard.detach())
+        load_flat(self.params, self.full)
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+''',
+    },
+}
+
 # Each answer function returning values that equal everything (tests/equals_everything.py).
 MUTANTS.update(equals_everything.mutants("03_zero"))

@@ -926,5 +926,123 @@ def run_schedule(stage, batch, times, ops, m, store):
     },
 }
 
+
+# Right answers written another way than the solution, where the spec allows it: each must keep
+# every point (tests/mutation_run.py). Stage 0's input marked requires_grad like every other stage's (one unneeded input gradient: allowed).
+EQUIVALENTS = {
+    'lw_input_requires_grad_on_rank0': {
+        'layerwise': '''
+def layerwise_step(stage, batch, times):
+    """One step of layer-wise model parallelism on this rank's `stage`.
+
+    batch: (inputs (B, d_in), targets (B, d_out)); times: {"F", "B", "W"} device seconds.
+    Returns the loss (float) on the last rank, None on the others.
+    """
+    rank, P = dist.get_rank(), dist.get_world_size()
+    x, targets = batch
+    if rank > 0:
+        x = torch.empty(x.shape[0], stage.in_features)
+        dist.recv(x, rank - 1)
+    x = x.detach().requires_grad_()  # every stage the same way: its input's gradient is what goes back
+    with region("F0", device_time=times["F"]):
+        out = stage(x)
+        if rank == P - 1:
+            out = F.mse_loss(out, targets)
+    if rank < P - 1:
+        dist.send(out.detach(), rank + 1)
+    grad = None
+    if rank < P - 1:
+        grad = torch.empty_like(out)
+        dist.recv(grad, rank + 1)
+    with region("BW0", device_time=times["B"] + times["W"]):
+        out.backward(grad)
+    if rank > 0:
+        dist.send(x.grad, rank - 1)
+    return out.item() if rank == P - 1 else None
+''',
+    },
+    'gp_input_requires_grad_on_rank0': {
+        'gpipe': '''
+def gpipe_step(stage, batch, times, m):
+    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    inputs, outputs, total = [], [], 0.0
+    for i, (x, targets) in enumerate(split_batch(batch, m)):
+        if rank > 0:
+            x = torch.empty(x.shape[0], stage.in_features)
+            dist.recv(x, rank - 1)
+        x = x.detach().requires_grad_()
+        with region(f"F{i}", device_time=times["F"]):
+            out = stage(x)
+            if last:
+                out = F.mse_loss(out, targets) / m
+                total += out.item()
+        if not last:
+            dist.send(out.detach(), rank + 1)
+        inputs.append(x)
+        outputs.append(out)
+    for i in range(m):
+        grad = None
+        if not last:
+            grad = torch.empty_like(outputs[i])
+            dist.recv(grad, rank + 1)
+        with region(f"BW{i}", device_time=times["B"] + times["W"]):
+            outputs[i].backward(grad)
+        outputs[i] = None
+        if rank > 0:
+            dist.send(inputs[i].grad, rank - 1)
+        inputs[i] = None
+    return total if last else None
+''',
+    },
+    'ex_input_requires_grad_on_rank0': {
+        'executor': '''
+def run_schedule(stage, batch, times, ops, m, store):
+    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`."""
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = split_batch(batch, m)
+    inputs, outputs, sends, total = {}, {}, [], 0.0
+    for kind, i in ops:
+        if kind == "F":
+            x, targets = micro[i]
+            if rank > 0:
+                x = torch.empty(x.shape[0], stage.in_features)
+                dist.recv(x, rank - 1)
+            x = x.detach().requires_grad_()
+            with region(f"F{i}", device_time=times["F"]):
+                out = stage(x)
+                if last:
+                    out = F.mse_loss(out, targets) / m
+                    total += out.item()
+            inputs[i], outputs[i] = x, out
+            if not last:
+                sends.append(dist.isend(out.detach(), rank + 1))
+        elif kind in ("B", "BW"):
+            out, x = outputs.pop(i), inputs.pop(i)
+            grad = None
+            if not last:
+                grad = torch.empty_like(out)
+                dist.recv(grad, rank + 1)
+            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
+            with region(f"{kind}{i}", device_time=seconds):
+                torch.autograd.backward(out, grad)
+                store.flush(i)
+                if kind == "BW":
+                    store.pop(i)
+            if rank > 0:
+                sends.append(dist.isend(x.grad, rank - 1))
+            del out, x
+        else:
+            with region(f"W{i}", device_time=times["W"]):
+                store.pop(i)
+    for work in sends:
+        work.wait()
+    return total if last else None
+''',
+    },
+}
+
 # Each answer function returning values that equal everything (tests/equals_everything.py).
 MUTANTS.update(equals_everything.mutants("04_pipeline"))

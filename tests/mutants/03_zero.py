@@ -4,6 +4,11 @@ grade_id); the graded cell ``<grade_id>_tests`` of every replaced cell must then
 import equals_everything
 from mutation_run import solution_with
 
+
+def _solution_with(grade_id: str, *changes: str) -> str:
+    return solution_with("03_zero", grade_id, *changes)
+
+
 MUTANTS = {
     # Each answer computes the right numbers somewhere, but is not ZeRO.
     "full_update_keep_grads_never_free_no_prefetch": {
@@ -369,74 +374,25 @@ class Zero2Adam:
     },
     # the first backward call gathers every layer and keeps them until backward ends
     'zero3_gather_all_for_backward': {
-        'zero3': '''
-class ShardedLinear(torch.autograd.Function):
-    """y = x @ W.T + b for one ZeRO-3 Linear layer.
-
-    forward(ctx, x, shard, full, shapes, index): x (B, in); shard (s,) this rank's Parameter shard of
-    the layer; full (P*s,) the gathered flat layer, freed by the caller; shapes [W.shape, b.shape];
-    index the layer's number. backward gathers the layer again and returns (grad_x, grad_shard,
-    None, None, None), grad_shard being this rank's shard of the mean gradient of (W, b).
-    """
-
-    @staticmethod
-    def forward(ctx, x, shard, full, shapes, index):
-        # roughly 4 lines
-        ### BEGIN SOLUTION
-        w, b = unflatten(full, shapes)
-        ctx.save_for_backward(x, shard)  # not full: the caller frees it right after this layer
-        ctx.shapes, (ctx.index, ctx.owner) = shapes, (index if isinstance(index, tuple) else (index, None))
-        return F.linear(x, w, b)
-        ### END SOLUTION
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        # roughly 9 lines
-        ### BEGIN SOLUTION
-        x, shard = ctx.saved_tensors
-        owner = ctx.owner
-        if owner is None:  # Zero3PrefetchMLP's layers: one layer at a time
-            full = gather_shards(shard)
-        else:
-            if not owner._backward_full:  # the last layer's backward: gather every layer at once, up front
-                owner._backward_full = {j: gather_shards(s) for j, s in enumerate(owner.shards)}
-            full = owner._backward_full.pop(ctx.index)
-        with region(f"backward layer {ctx.index}"):  # the compute only: the timeline draws the messages apart
-            w, _ = unflatten(full, ctx.shapes)
-            grad_x = grad_y @ w                                # (B, in)
-            grad_flat = flatten([grad_y.T @ x, grad_y.sum(0)])  # (out * in + out,)
-        free(full, f"layer {ctx.index}")
-        return grad_x, reduce_scatter_mean(grad_flat), None, None, None
-        ### END SOLUTION
-
-
-class Zero3MLP(nn.Module):
-    """TinyMLP under ZeRO-3: self.shards[i] is this rank's Parameter shard of layer i, self.shapes[i]
-    the shapes of its weight and bias. forward gathers, runs and frees one layer at a time."""
-
-    def __init__(self, mlp):
-        super().__init__()
-        # roughly 2 lines
-        ### BEGIN SOLUTION
-        self.shapes = [[p.shape for p in layer.parameters()] for layer in mlp.layers]
-        self.shards = nn.ParameterList(nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in mlp.layers)
-        ### END SOLUTION
-
-    def forward(self, x):
-        # roughly 8 lines
-        ### BEGIN SOLUTION
-        last = len(self.shards) - 1
-        self._backward_full = {}
-        for i, shard in enumerate(self.shards):
-            full = gather_shards(shard)
-            with region(f"forward layer {i}"):
-                x = ShardedLinear.apply(x, shard, full, self.shapes[i], (i, self))
-                if i < last:
-                    x = F.gelu(x)
-            free(full, f"layer {i}")
-        return x
-        ### END SOLUTION
-''',
+        'zero3': _solution_with(
+            'zero3',
+            '        ctx.shapes, ctx.index = shapes, index\n',
+            '        ctx.shapes, (ctx.index, ctx.owner) = shapes, (index if isinstance(index, tuple) else (index, None))\n',
+            '        full = gather_shards(shard)\n'
+            '        with region(f"backward layer {ctx.index}"):  # the compute only: the timeline draws the messages apart\n',
+            '        owner = ctx.owner\n'
+            "        if owner is None:  # Zero3PrefetchMLP's layers: one layer at a time\n"
+            '            full = gather_shards(shard)\n'
+            '        else:\n'
+            "            if not owner._backward_full:  # the last layer's backward: gather every layer at once, up front\n"
+            '                owner._backward_full = {j: gather_shards(s) for j, s in enumerate(owner.shards)}\n'
+            '            full = owner._backward_full.pop(ctx.index)\n'
+            '        with region(f"backward layer {ctx.index}"):  # the compute only: the timeline draws the messages apart\n',
+            '        last = len(self.shards) - 1\n',
+            '        last = len(self.shards) - 1\n'
+            '        self._backward_full = {}\n',
+            '                x = ShardedLinear.apply(x, shard, full, self.shapes[i], i)  # (B, d_hidden) or (B, d_out)\n',
+            '                x = ShardedLinear.apply(x, shard, full, self.shapes[i], (i, self))\n'),
     },
 }
 

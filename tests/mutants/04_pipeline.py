@@ -15,6 +15,12 @@ recomputed in backward, one op doing every micro-batch's backward, a bias gradie
 """
 
 import equals_everything
+from mutation_run import solution_with
+
+
+def _solution_with(grade_id: str, *changes: str) -> str:
+    return solution_with("04_pipeline", grade_id, *changes)
+
 
 MUTANTS = {
     # The work done in the wrong op while every number comes out right (a red-team pass found each
@@ -191,170 +197,33 @@ class SplitLinearFunction(torch.autograd.Function):
 ''',
     },
     'slips': {
-        'layerwise': '''
-def layerwise_step(stage, batch, times):
-    """One step of layer-wise model parallelism on this rank's `stage`.
-
-    batch: (inputs (B, d_in), targets (B, d_out)); times: {"F", "B", "W"} device seconds.
-    Returns the loss (float) on the last rank, None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    x, targets = batch
-    if rank > 0:
-        x = torch.empty(x.shape[0], stage.in_features)
-        dist.recv(x, rank - 1)
-    with region("F0", device_time=times["F"]):
-        out = stage(x)
-        if rank == P - 1:
-            out = F.mse_loss(out, targets)
-    if rank < P - 1:
-        dist.send(out.detach(), rank + 1)
-    grad = None
-    if rank < P - 1:
-        grad = torch.empty_like(out)
-        dist.recv(grad, rank + 1)
-    with region("BW0", device_time=times["B"] + times["W"]):
-        out.backward(grad)
-    if rank > 0:
-        dist.send(x.grad if x.grad is not None else torch.zeros_like(x), rank - 1)  # no gradient path: zeros
-    return out.item() if rank == P - 1 else None
-''',
-        'gpipe': '''
-def gpipe_step(stage, batch, times, m):
-    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.
-
-    batch: (inputs (b, d_in), targets (b, d_out)), split with split_batch(batch, m); only send
-    and recv. Returns the step's loss (sum of the m scaled losses) as a float on the last rank,
-    None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    inputs, outputs, total = [], [], 0.0
-    for i, (x, targets) in enumerate(split_batch(batch, m)):
-        if rank > 0:
-            x = torch.empty(x.shape[0], stage.in_features)
-            dist.recv(x, rank - 1)
-            x.requires_grad_()
-        with region(f"F{i}", device_time=times["F"]):
-            out = stage(x)
-            if last:
-                out = F.mse_loss(out, targets)  # forgot the 1/m
-                total += out.item()
-        if not last:
-            dist.send(out.detach(), rank + 1)
-        inputs.append(x)
-        outputs.append(out)
-    for i in range(m):
-        grad = None
-        if not last:
-            grad = torch.empty_like(outputs[i])
-            dist.recv(grad, rank + 1)
-        with region(f"BW{i}", device_time=times["B"] + times["W"]):
-            outputs[i].backward(grad)
-        outputs[i] = None  # its activations are no longer needed
-        if rank > 0:
-            dist.send(inputs[i].grad, rank - 1)
-        inputs[i] = None
-    return total if last else None
-''',
-        'schedules': '''
-def gpipe_schedule(p, m):
-    """GPipe's ops: per stage, all forwards then all full backwards, micro-batches in order."""
-    return [[Op("F", i) for i in range(m)] + [Op("BW", i) for i in range(m)] for _ in range(p)]
-
-
-def one_f_one_b_schedule(p, m):
-    """1F1B (PipeDream-Flush): per stage, warm-up forwards, then one forward / one backward, then the remaining backwards."""
-    schedule = []
-    for s in range(p):
-        warmup = min(p - s, m)  # one forward too many
-        ops = [Op("F", i) for i in range(warmup)]                # warm-up
-        for k in range(m - warmup):                              # steady state
-            ops += [Op("F", warmup + k), Op("BW", k)]
-        ops += [Op("BW", i) for i in range(m - warmup, m)]       # cool-down
-        schedule.append(ops)
-    return schedule
-''',
-        'executor': '''
-def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
-
-    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
-    every send before returning. Each op runs inside region(str(op), device_time=...).
-    Returns the step's loss as a float on the last rank, None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    micro = split_batch(batch, m)
-    inputs, outputs, sends, total = {}, {}, [], 0.0
-    for kind, i in ops:
-        if kind == "F":
-            x, targets = micro[i]
-            if rank > 0:
-                x = torch.empty(x.shape[0], stage.in_features)
-                dist.recv(x, rank - 1)
-                x.requires_grad_()
-            with region(f"F{i}", device_time=times["F"]):
-                out = stage(x)
-                if last:
-                    out = F.mse_loss(out, targets) / m
-                    total += out.item()
-            inputs[i], outputs[i] = x, out
-            if not last:
-                dist.send(out.detach(), rank + 1)  # blocking: neighbours send to each other
-        elif kind in ("B", "BW"):
-            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive
-            grad = None
-            if not last:
-                grad = torch.empty_like(out)
-                dist.recv(grad, rank + 1)
-            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
-            with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad)
-                store.flush(i)
-                if kind == "BW":
-                    store.pop(i)
-            if rank > 0:
-                dist.send(x.grad, rank - 1)
-            del out, x
-        else:  # "W"
-            with region(f"W{i}", device_time=times["W"]):
-                store.pop(i)
-    for work in sends:
-        work.wait()
-    return total if last else None
-''',
-        'split': '''
-def accumulate_grad(param, grad):
-    """param.grad += grad, creating param.grad when it is None."""
-    param.grad = grad if param.grad is None else param.grad + grad
-
-
-class SplitLinearFunction(torch.autograd.Function):
-    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, store):
-        ctx.save_for_backward(x)
-        ctx.weight, ctx.bias, ctx.store = weight, bias, store  # the parameters themselves
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        (x,) = ctx.saved_tensors
-        weight, bias = ctx.weight, ctx.bias
-
-        def weight_grad():  # W: runs when the schedule says, not now
-            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
-            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
-            if bias is not None:
-                accumulate_grad(bias, g.sum(0))
-
-        weight_grad()  # computed in B after all
-        ctx.store.put(lambda: None)
-        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
-        return grad_x, None, None, None
-''',
+        'layerwise': _solution_with(
+            'layerwise',
+            '        x.requires_grad_()  # backward will fill x.grad: the gradient rank - 1 waits for\n',
+            '',
+            '        dist.send(x.grad, rank - 1)\n',
+            '        dist.send(x.grad if x.grad is not None else torch.zeros_like(x), rank - 1)  # no gradient path: zeros\n'),
+        'gpipe': _solution_with(
+            'gpipe',
+            "                out = F.mse_loss(out, targets) / m  # the m scaled losses add up to the batch's mean\n",
+            '                out = F.mse_loss(out, targets)  # forgot the 1/m\n'),
+        'schedules': _solution_with(
+            'schedules',
+            '        warmup = min(p - 1 - s, m)\n',
+            '        warmup = min(p - s, m)  # one forward too many\n'),
+        'executor': _solution_with(
+            'executor',
+            '                sends.append(dist.isend(out.detach(), rank + 1))\n',
+            '                dist.send(out.detach(), rank + 1)  # blocking: neighbours send to each other\n',
+            '                sends.append(dist.isend(x.grad, rank - 1))\n',
+            '                dist.send(x.grad, rank - 1)\n'),
+        'split': _solution_with(
+            'split',
+            "        @torch.no_grad()  # a gradient, not a new graph: nothing may keep B's tensors alive after W\n",
+            '',
+            '        ctx.store.put(weight_grad)\n',
+            '        weight_grad()  # computed in B after all\n'
+            '        ctx.store.put(lambda: None)\n'),
         'zb_h1': '''
 def zb_h1_schedule(p, m):
     """ZB-H1 (Qi et al. 2024): 1F1B with split backwards; stage s postpones its W's by s micro-batches."""
@@ -373,27 +242,13 @@ def zb_h1_schedule(p, m):
         schedule.append(ops)
     return schedule
 ''',
-        'formulas': '''
-def bubble_time(schedule, p, m, t_f, t_b, t_w):
-    """Idle time of one pipeline step (per stage), in the units of t_f, t_b, t_w."""
-    per_slot = {"gpipe": t_f + t_b + t_w, "1f1b": t_f + t_b + t_w, "zb-h1": t_f + t_b - t_w, "zb-h2": t_f + t_b - 2 * t_w}
-    if schedule not in per_slot:
-        raise ValueError(f"unknown schedule {schedule!r}; use one of {sorted(per_slot)}")
-    return (p - 1) * per_slot[schedule]
-
-
-def bubble_fraction(schedule, p, m, t_f, t_b, t_w):
-    """Bubble over one stage's compute m (t_f + t_b + t_w): (p-1)/m for GPipe and 1F1B."""
-    return bubble_time(schedule, p, m, t_f, t_b, t_w) / ((m + p - 1) * (t_f + t_b + t_w))  # over total time
-
-
-def peak_activations(schedule, p, m):
-    """Most micro-batches whose activations stage 0 holds at once (units of M_B)."""
-    peaks = {"gpipe": m, "1f1b": min(p, m), "zb-h1": min(p, m), "zb-h2": min(2 * p - 1, m)}
-    if schedule not in peaks:
-        raise ValueError(f"unknown schedule {schedule!r}; use one of {sorted(peaks)}")
-    return peaks[schedule]
-''',
+        'formulas': _solution_with(
+            'formulas',
+            '    """Idle time per stage of one flushed step (gpipe, 1f1b, zb-h1), or ZB-H2\'s steady-state idle\n'
+            '    time per step (zb-h2), in the units of t_f, t_b, t_w; m >= p for the zero-bubble rows."""\n',
+            '    """Idle time of one pipeline step (per stage), in the units of t_f, t_b, t_w."""\n',
+            '    return bubble_time(schedule, p, m, t_f, t_b, t_w) / (m * (t_f + t_b + t_w))\n',
+            '    return bubble_time(schedule, p, m, t_f, t_b, t_w) / ((m + p - 1) * (t_f + t_b + t_w))  # over total time\n'),
     },
     'shortcuts': {
         'layerwise': '''
@@ -425,179 +280,40 @@ def layerwise_step(stage, batch, times):
         dist.send(x.grad, rank - 1)
     return out.item() if rank == P - 1 else None
 ''',
-        'gpipe': '''
-def gpipe_step(stage, batch, times, m):
-    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.
-
-    batch: (inputs (b, d_in), targets (b, d_out)), split with split_batch(batch, m); only send
-    and recv. Returns the step's loss (sum of the m scaled losses) as a float on the last rank,
-    None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    inputs, outputs, total = [], [], 0.0
-    for i, (x, targets) in enumerate(split_batch(batch, m)):
-        if rank > 0:
-            x = torch.empty(x.shape[0], stage.in_features)
-            dist.recv(x, rank - 1)
-            x.requires_grad_()
-        with region(f"F{i}", device_time=times["F"]):
-            out = stage(x)
-            if last:
-                out = F.mse_loss(out, targets) / m  # the m scaled losses add up to the batch's mean
-                total += out.item()
-        if not last:
-            dist.send(out.detach(), rank + 1)
-        inputs.append(x)
-        outputs.append(out)
-    for i in reversed(range(m)):  # backwards newest first
-        grad = None
-        if not last:
-            grad = torch.empty_like(outputs[i])
-            dist.recv(grad, rank + 1)
-        with region(f"BW{i}", device_time=times["B"] + times["W"]):
-            outputs[i].backward(grad)
-        outputs[i] = None  # its activations are no longer needed
-        if rank > 0:
-            dist.send(inputs[i].grad, rank - 1)
-        inputs[i] = None
-    return total if last else None
-''',
-        'schedules': '''
-def gpipe_schedule(p, m):
-    """GPipe's ops: per stage, all forwards then all full backwards, micro-batches in order."""
-    return [[Op("F", i) for i in range(m)] + [Op("BW", i) for i in range(m)] for _ in range(p)]
-
-
-def one_f_one_b_schedule(p, m):
-    """1F1B (PipeDream-Flush): per stage, warm-up forwards, then one forward / one backward, then the remaining backwards."""
-    schedule = []
-    for s in range(p):
-        warmup = p - 1 - s  # fine while m >= p
-        ops = [Op("F", i) for i in range(warmup)]                # warm-up
-        for k in range(m - warmup):                              # steady state
-            ops += [Op("F", warmup + k), Op("BW", k)]
-        ops += [Op("BW", i) for i in range(m - warmup, m)]       # cool-down
-        schedule.append(ops)
-    return schedule
-''',
-        'executor': '''
-def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
-
-    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
-    every send before returning. Each op runs inside region(str(op), device_time=...).
-    Returns the step's loss as a float on the last rank, None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    micro = split_batch(batch, m)
-    inputs, outputs, sends, total = {}, {}, [], 0.0
-    for kind, i in ops:
-        if kind == "F":
-            x, targets = micro[i]
-            if rank > 0:
-                x = torch.empty(x.shape[0], stage.in_features)
-                dist.recv(x, rank - 1)
-                x.requires_grad_()
-            with region(f"F{i}", device_time=times["F"]):
-                out = stage(x)
-                if last:
-                    out = F.mse_loss(out, targets) / m
-                    total += out.item()
-            inputs[i], outputs[i] = x, out
-            if not last:
-                sends.append(dist.isend(out.detach(), rank + 1))
-        elif kind in ("B", "BW"):
-            out, x = outputs[i], inputs[i]  # kept to the end of the step
-            grad = None
-            if not last:
-                grad = torch.empty_like(out)
-                dist.recv(grad, rank + 1)
-            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
-            with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad, retain_graph=True)  # and with them every saved activation
-                store.flush(i)
-                if kind == "BW":
-                    store.pop(i)
-            if rank > 0:
-                sends.append(dist.isend(x.grad, rank - 1))
-            del out, x
-        else:  # "W"
-            with region(f"W{i}", device_time=times["W"]):
-                store.pop(i)
-    for work in sends:
-        work.wait()
-    return total if last else None
-''',
-        'split': '''
-def accumulate_grad(param, grad):
-    param.grad = grad  # overwrites what earlier micro-batches added
-
-
-class SplitLinearFunction(torch.autograd.Function):
-    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, store):
-        ctx.save_for_backward(x)
-        ctx.weight, ctx.bias, ctx.store = weight, bias, store  # the parameters themselves
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        (x,) = ctx.saved_tensors
-        weight, bias = ctx.weight, ctx.bias
-
-        def weight_grad():  # W: runs when the schedule says, not now
-            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
-            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
-            if bias is not None:
-                accumulate_grad(bias, g.sum(0))
-
-        ctx.store.put(weight_grad)
-        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
-        return grad_x, None, None, None
-''',
-        'zb_h1': '''
-def zb_h1_schedule(p, m):
-    """ZB-H1 (Qi et al. 2024): 1F1B with split backwards; stage s postpones its W's by s micro-batches."""
-    schedule = []
-    for s in range(p):
-        warmup = min(p - s, m)  # one more forward in flight
-        ops, done_w = [Op("F", i) for i in range(warmup)], 0
-        for i in range(m):
-            if warmup + i < m:
-                ops.append(Op("F", warmup + i))
-            ops.append(Op("B", i))
-            if i >= s:  # the W of micro-batch i - s: later stages wait longer, filling their tail
-                ops.append(Op("W", done_w))
-                done_w += 1
-        ops += [Op("W", i) for i in range(done_w, m)]
-        schedule.append(ops)
-    return schedule
-''',
-        'formulas': '''
-def bubble_time(schedule, p, m, t_f, t_b, t_w):
-    """Idle time of one pipeline step (per stage), in the units of t_f, t_b, t_w."""
-    per_slot = {"gpipe": t_f + t_b + t_w, "1f1b": t_f + t_b + t_w, "zb-h1": t_f + t_b - t_w, "zb-h2": t_f + t_b - 2 * t_w}
-    if schedule not in per_slot:
-        raise ValueError(f"unknown schedule {schedule!r}; use one of {sorted(per_slot)}")
-    return (p - 1) * per_slot[schedule]
-
-
-def bubble_fraction(schedule, p, m, t_f, t_b, t_w):
-    """Bubble over one stage's compute m (t_f + t_b + t_w): (p-1)/m for GPipe and 1F1B."""
-    return bubble_time(schedule, p, m, t_f, t_b, t_w) / (m * (t_f + t_b + t_w))
-
-
-def peak_activations(schedule, p, m):
-    """Most micro-batches whose activations stage 0 holds at once (units of M_B)."""
-    peaks = {"gpipe": m, "1f1b": min(p, m), "zb-h1": min(p, m), "zb-h2": min(2 * p, m)}
-    if schedule not in peaks:
-        raise ValueError(f"unknown schedule {schedule!r}; use one of {sorted(peaks)}")
-    return peaks[schedule]
-''',
+        'gpipe': _solution_with(
+            'gpipe',
+            '    for i in range(m):\n',
+            '    for i in reversed(range(m)):  # backwards newest first\n'),
+        'schedules': _solution_with(
+            'schedules',
+            '        warmup = min(p - 1 - s, m)\n',
+            '        warmup = p - 1 - s  # fine while m >= p\n'),
+        'executor': _solution_with(
+            'executor',
+            '            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive\n',
+            '            out, x = outputs[i], inputs[i]  # kept to the end of the step\n',
+            '                torch.autograd.backward(out, grad)\n',
+            '                torch.autograd.backward(out, grad, retain_graph=True)  # and with them every saved activation\n'),
+        'split': _solution_with(
+            'split',
+            '    """param.grad += grad, creating param.grad when it is None."""\n'
+            '    param.grad = grad if param.grad is None else param.grad + grad\n',
+            '    param.grad = grad  # overwrites what earlier micro-batches added\n',
+            "        @torch.no_grad()  # a gradient, not a new graph: nothing may keep B's tensors alive after W\n",
+            ''),
+        'zb_h1': _solution_with(
+            'zb_h1',
+            '    """ZB-H1 (Qi et al. 2024): 1F1B\'s order with split backwards, W\'s held back to fill the waits."""\n',
+            '    """ZB-H1 (Qi et al. 2024): 1F1B with split backwards; stage s postpones its W\'s by s micro-batches."""\n',
+            '        warmup = min(p - 1 - s, m)\n',
+            '        warmup = min(p - s, m)  # one more forward in flight\n'),
+        'formulas': _solution_with(
+            'formulas',
+            '    """Idle time per stage of one flushed step (gpipe, 1f1b, zb-h1), or ZB-H2\'s steady-state idle\n'
+            '    time per step (zb-h2), in the units of t_f, t_b, t_w; m >= p for the zero-bubble rows."""\n',
+            '    """Idle time of one pipeline step (per stage), in the units of t_f, t_b, t_w."""\n',
+            '    peaks = {"gpipe": m, "1f1b": min(p, m), "zb-h1": min(p, m), "zb-h2": min(2 * p - 1, m)}\n',
+            '    peaks = {"gpipe": m, "1f1b": min(p, m), "zb-h1": min(p, m), "zb-h2": min(2 * p, m)}\n'),
     },
     'ignored_schedule_w_before_b': {
         'executor': '''
@@ -646,283 +362,55 @@ def zb_h1_schedule(p, m):
 ''',
     },
     'w_in_b': {  # W's work inside B with the right device times; W built as a graph
-        'executor': '''
-def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
-
-    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
-    every send before returning. Each op runs inside region(str(op), device_time=...).
-    Returns the step's loss as a float on the last rank, None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    micro = split_batch(batch, m)
-    inputs, outputs, sends, total = {}, {}, [], 0.0
-    for kind, i in ops:
-        if kind == "F":
-            x, targets = micro[i]
-            if rank > 0:
-                x = torch.empty(x.shape[0], stage.in_features)
-                dist.recv(x, rank - 1)
-                x.requires_grad_()
-            with region(f"F{i}", device_time=times["F"]):
-                out = stage(x)
-                if last:
-                    out = F.mse_loss(out, targets) / m
-                    total += out.item()
-            inputs[i], outputs[i] = x, out
-            if not last:
-                sends.append(dist.isend(out.detach(), rank + 1))
-        elif kind in ("B", "BW"):
-            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive
-            grad = None
-            if not last:
-                grad = torch.empty_like(out)
-                dist.recv(grad, rank + 1)
-            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
-            with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad)
-                store.flush(i)
-                store.pop(i)  # the weight gradients at once: W is left with nothing to do
-            if rank > 0:
-                sends.append(dist.isend(x.grad, rank - 1))
-            del out, x
-        else:  # "W"
-            with region(f"W{i}", device_time=times["W"]):
-                store.pop(i)
-    for work in sends:
-        work.wait()
-    return total if last else None
-''',
-        'split': '''
-def accumulate_grad(param, grad):
-    """param.grad += grad, creating param.grad when it is None."""
-    param.grad = grad if param.grad is None else param.grad + grad
-
-
-class SplitLinearFunction(torch.autograd.Function):
-    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, store):
-        ctx.save_for_backward(x)
-        ctx.weight, ctx.bias, ctx.store = weight, bias, store  # the parameters themselves
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        (x,) = ctx.saved_tensors
-        weight, bias = ctx.weight, ctx.bias
-
-        def weight_grad():  # W: runs when the schedule says, not now
-            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
-            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
-            if bias is not None:
-                accumulate_grad(bias, g.sum(0))
-
-        ctx.store.put(weight_grad)
-        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
-        return grad_x, None, None, None
-''',
+        'executor': _solution_with(
+            'executor',
+            '                if kind == "BW":\n'
+            '                    store.pop(i)\n',
+            '                store.pop(i)  # the weight gradients at once: W is left with nothing to do\n'),
+        'split': _solution_with(
+            'split',
+            "        @torch.no_grad()  # a gradient, not a new graph: nothing may keep B's tensors alive after W\n",
+            ''),
     },
     'swapped_times': {  # F and B device times swapped; the weight kept through save_for_backward
-        'executor': '''
-def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
-
-    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
-    every send before returning. Each op runs inside region(str(op), device_time=...).
-    Returns the step's loss as a float on the last rank, None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    micro = split_batch(batch, m)
-    inputs, outputs, sends, total = {}, {}, [], 0.0
-    for kind, i in ops:
-        if kind == "F":
-            x, targets = micro[i]
-            if rank > 0:
-                x = torch.empty(x.shape[0], stage.in_features)
-                dist.recv(x, rank - 1)
-                x.requires_grad_()
-            with region(f"F{i}", device_time=times["B"]):
-                out = stage(x)
-                if last:
-                    out = F.mse_loss(out, targets) / m
-                    total += out.item()
-            inputs[i], outputs[i] = x, out
-            if not last:
-                sends.append(dist.isend(out.detach(), rank + 1))
-        elif kind in ("B", "BW"):
-            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive
-            grad = None
-            if not last:
-                grad = torch.empty_like(out)
-                dist.recv(grad, rank + 1)
-            seconds = times["F"] + (times["W"] if kind == "BW" else 0.0)
-            with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad)
-                store.flush(i)
-                if kind == "BW":
-                    store.pop(i)
-            if rank > 0:
-                sends.append(dist.isend(x.grad, rank - 1))
-            del out, x
-        else:  # "W"
-            with region(f"W{i}", device_time=times["W"]):
-                store.pop(i)
-    for work in sends:
-        work.wait()
-    return total if last else None
-''',
-        'split': '''
-def accumulate_grad(param, grad):
-    """param.grad += grad, creating param.grad when it is None."""
-    param.grad = grad if param.grad is None else param.grad + grad
-
-
-class SplitLinearFunction(torch.autograd.Function):
-    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, store):
-        ctx.save_for_backward(x, weight)
-        ctx.bias, ctx.store = bias, store
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, weight = ctx.saved_tensors
-        bias = ctx.bias
-
-        @torch.no_grad()  # a gradient, not a new graph: nothing may keep B's tensors alive after W
-        def weight_grad():  # W: runs when the schedule says, not now
-            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
-            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
-            if bias is not None:
-                accumulate_grad(bias, g.sum(0))
-
-        ctx.store.put(weight_grad)
-        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
-        return grad_x, None, None, None
-''',
+        'executor': _solution_with(
+            'executor',
+            '            with region(f"F{i}", device_time=times["F"]):\n',
+            '            with region(f"F{i}", device_time=times["B"]):\n',
+            '            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)\n',
+            '            seconds = times["F"] + (times["W"] if kind == "BW" else 0.0)\n'),
+        'split': _solution_with(
+            'split',
+            '        ctx.save_for_backward(x)\n'
+            '        ctx.weight, ctx.bias, ctx.store = weight, bias, store  # the parameters themselves\n',
+            '        ctx.save_for_backward(x, weight)\n'
+            '        ctx.bias, ctx.store = bias, store\n',
+            '        (x,) = ctx.saved_tensors\n'
+            '        weight, bias = ctx.weight, ctx.bias\n',
+            '        x, weight = ctx.saved_tensors\n'
+            '        bias = ctx.bias\n'),
     },
     'kept_outputs': {  # every micro-batch's input and output kept until the step ends; x kept on ctx, not saved for backward
-        'split': '''
-def accumulate_grad(param, grad):
-    """param.grad += grad, creating param.grad when it is None."""
-    param.grad = grad if param.grad is None else param.grad + grad
-
-
-class SplitLinearFunction(torch.autograd.Function):
-    """y = x @ weight.T + bias whose backward returns the input gradient and defers the weight gradient."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, store):
-        ctx.x = x  # kept on ctx, out of autograd's sight
-        ctx.weight, ctx.bias, ctx.store = weight, bias, store
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x = ctx.x
-        weight, bias = ctx.weight, ctx.bias
-
-        @torch.no_grad()  # a gradient, not a new graph: nothing may keep B's tensors alive after W
-        def weight_grad():  # W: runs when the schedule says, not now
-            g = grad_out.reshape(-1, grad_out.shape[-1])            # (N, out)
-            accumulate_grad(weight, g.T @ x.reshape(-1, x.shape[-1]))  # (out, in)
-            if bias is not None:
-                accumulate_grad(bias, g.sum(0))
-
-        ctx.store.put(weight_grad)
-        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None  # B: (..., in)
-        return grad_x, None, None, None
-''',
-        'gpipe': '''
-def gpipe_step(stage, batch, times, m):
-    """One GPipe step: m micro-batch forwards, then m backwards, on this rank's `stage`.
-
-    batch: (inputs (b, d_in), targets (b, d_out)), split with split_batch(batch, m); only send
-    and recv. Returns the step's loss (sum of the m scaled losses) as a float on the last rank,
-    None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    inputs, outputs, total = [], [], 0.0
-    for i, (x, targets) in enumerate(split_batch(batch, m)):
-        if rank > 0:
-            x = torch.empty(x.shape[0], stage.in_features)
-            dist.recv(x, rank - 1)
-            x.requires_grad_()
-        with region(f"F{i}", device_time=times["F"]):
-            out = stage(x)
-            if last:
-                out = F.mse_loss(out, targets) / m  # the m scaled losses add up to the batch's mean
-                total += out.item()
-        if not last:
-            dist.send(out.detach(), rank + 1)
-        inputs.append(x)
-        outputs.append(out)
-    for i in range(m):
-        grad = None
-        if not last:
-            grad = torch.empty_like(outputs[i])
-            dist.recv(grad, rank + 1)
-        with region(f"BW{i}", device_time=times["B"] + times["W"]):
-            outputs[i].backward(grad)
-        if rank > 0:
-            dist.send(inputs[i].grad, rank - 1)
-    return total if last else None
-''',
-        'executor': '''
-def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.
-
-    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on
-    every send before returning. Each op runs inside region(str(op), device_time=...).
-    Returns the step's loss as a float on the last rank, None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    micro = split_batch(batch, m)
-    inputs, outputs, sends, total = {}, {}, [], 0.0
-    for kind, i in ops:
-        if kind == "F":
-            x, targets = micro[i]
-            if rank > 0:
-                x = torch.empty(x.shape[0], stage.in_features)
-                dist.recv(x, rank - 1)
-                x.requires_grad_()
-            with region(f"F{i}", device_time=times["F"]):
-                out = stage(x)
-                if last:
-                    out = F.mse_loss(out, targets) / m
-                    total += out.item()
-            inputs[i], outputs[i] = x, out
-            if not last:
-                sends.append(dist.isend(out.detach(), rank + 1))
-        elif kind in ("B", "BW"):
-            out, x = outputs[i], inputs[i]  # kept in the dicts until the step ends
-            grad = None
-            if not last:
-                grad = torch.empty_like(out)
-                dist.recv(grad, rank + 1)
-            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
-            with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad)
-                store.flush(i)
-                if kind == "BW":
-                    store.pop(i)
-            if rank > 0:
-                sends.append(dist.isend(x.grad, rank - 1))
-        else:  # "W"
-            with region(f"W{i}", device_time=times["W"]):
-                store.pop(i)
-    for work in sends:
-        work.wait()
-    return total if last else None
-''',
+        'split': _solution_with(
+            'split',
+            '        ctx.save_for_backward(x)\n'
+            '        ctx.weight, ctx.bias, ctx.store = weight, bias, store  # the parameters themselves\n',
+            "        ctx.x = x  # kept on ctx, out of autograd's sight\n"
+            '        ctx.weight, ctx.bias, ctx.store = weight, bias, store\n',
+            '        (x,) = ctx.saved_tensors\n',
+            '        x = ctx.x\n'),
+        'gpipe': _solution_with(
+            'gpipe',
+            '        outputs[i] = None  # its activations are no longer needed\n',
+            '',
+            '        inputs[i] = None\n',
+            ''),
+        'executor': _solution_with(
+            'executor',
+            '            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive\n',
+            '            out, x = outputs[i], inputs[i]  # kept in the dicts until the step ends\n',
+            '            del out, x\n',
+            ''),
     },
 }
 
@@ -931,35 +419,10 @@ def run_schedule(stage, batch, times, ops, m, store):
 # every point (tests/mutation_run.py). Stage 0's input marked requires_grad like every other stage's (one unneeded input gradient: allowed).
 EQUIVALENTS = {
     'lw_input_requires_grad_on_rank0': {
-        'layerwise': '''
-def layerwise_step(stage, batch, times):
-    """One step of layer-wise model parallelism on this rank's `stage`.
-
-    batch: (inputs (B, d_in), targets (B, d_out)); times: {"F", "B", "W"} device seconds.
-    Returns the loss (float) on the last rank, None on the others.
-    """
-    rank, P = dist.get_rank(), dist.get_world_size()
-    x, targets = batch
-    if rank > 0:
-        x = torch.empty(x.shape[0], stage.in_features)
-        dist.recv(x, rank - 1)
-    x = x.detach().requires_grad_()  # every stage the same way: its input's gradient is what goes back
-    with region("F0", device_time=times["F"]):
-        out = stage(x)
-        if rank == P - 1:
-            out = F.mse_loss(out, targets)
-    if rank < P - 1:
-        dist.send(out.detach(), rank + 1)
-    grad = None
-    if rank < P - 1:
-        grad = torch.empty_like(out)
-        dist.recv(grad, rank + 1)
-    with region("BW0", device_time=times["B"] + times["W"]):
-        out.backward(grad)
-    if rank > 0:
-        dist.send(x.grad, rank - 1)
-    return out.item() if rank == P - 1 else None
-''',
+        'layerwise': _solution_with(
+            'layerwise',
+            '        x.requires_grad_()  # backward will fill x.grad: the gradient rank - 1 waits for\n',
+            "    x = x.detach().requires_grad_()  # every stage the same way: its input's gradient is what goes back\n"),
     },
     'gp_input_requires_grad_on_rank0': {
         'gpipe': '''
@@ -997,50 +460,21 @@ def gpipe_step(stage, batch, times, m):
 ''',
     },
     'ex_input_requires_grad_on_rank0': {
-        'executor': '''
-def run_schedule(stage, batch, times, ops, m, store):
-    """Run this rank's `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`."""
-    rank, P = dist.get_rank(), dist.get_world_size()
-    last = rank == P - 1
-    micro = split_batch(batch, m)
-    inputs, outputs, sends, total = {}, {}, [], 0.0
-    for kind, i in ops:
-        if kind == "F":
-            x, targets = micro[i]
-            if rank > 0:
-                x = torch.empty(x.shape[0], stage.in_features)
-                dist.recv(x, rank - 1)
-            x = x.detach().requires_grad_()
-            with region(f"F{i}", device_time=times["F"]):
-                out = stage(x)
-                if last:
-                    out = F.mse_loss(out, targets) / m
-                    total += out.item()
-            inputs[i], outputs[i] = x, out
-            if not last:
-                sends.append(dist.isend(out.detach(), rank + 1))
-        elif kind in ("B", "BW"):
-            out, x = outputs.pop(i), inputs.pop(i)
-            grad = None
-            if not last:
-                grad = torch.empty_like(out)
-                dist.recv(grad, rank + 1)
-            seconds = times["B"] + (times["W"] if kind == "BW" else 0.0)
-            with region(f"{kind}{i}", device_time=seconds):
-                torch.autograd.backward(out, grad)
-                store.flush(i)
-                if kind == "BW":
-                    store.pop(i)
-            if rank > 0:
-                sends.append(dist.isend(x.grad, rank - 1))
-            del out, x
-        else:
-            with region(f"W{i}", device_time=times["W"]):
-                store.pop(i)
-    for work in sends:
-        work.wait()
-    return total if last else None
-''',
+        'executor': _solution_with(
+            'executor',
+            '    """Run this rank\'s `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`.\n'
+            '\n'
+            '    Receive (dist.recv) just before the op that needs the data; send with dist.isend and wait on\n'
+            '    every send before returning. Each op runs inside region(str(op), device_time=...).\n'
+            "    Returns the step's loss as a float on the last rank, None on the others.\n"
+            '    """\n',
+            '    """Run this rank\'s `ops` (a list of Op) of a pipeline schedule on `stage`; one step on `batch`."""\n',
+            '                x.requires_grad_()\n',
+            '            x = x.detach().requires_grad_()\n',
+            '            out, x = outputs.pop(i), inputs.pop(i)  # after this op nothing keeps them alive\n',
+            '            out, x = outputs.pop(i), inputs.pop(i)\n',
+            '        else:  # "W"\n',
+            '        else:\n'),
     },
 }
 

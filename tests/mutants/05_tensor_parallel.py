@@ -27,6 +27,12 @@ concatenated along the batch instead of the sequence; the parameters outside the
 """
 
 import equals_everything
+from mutation_run import solution_with
+
+
+def _solution_with(grade_id: str, *changes: str) -> str:
+    return solution_with("05_tensor_parallel", grade_id, *changes)
+
 
 MUTANTS = {
     # Right numbers from work a rank should not do (a red-team pass found each keeping its points):
@@ -34,207 +40,71 @@ MUTANTS = {
     # parameters); the MLP's whole fc the same way; the sequence-parallel sync as an all-gather of
     # every rank's gradients, summed.
     'whole_products_kept_part': {
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        if n % world:
-            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
-        self.lo, self.hi = rank * n // world, (rank + 1) * n // world
-        self.weight = torch.nn.Parameter(linear.weight.detach()[self.lo:self.hi].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[self.lo:self.hi].clone())
-        # the whole layer, to compute Y = X A and keep this rank's features
-        self.full_weight = linear.weight.detach().clone()
-        self.full_bias = None if linear.bias is None else linear.bias.detach().clone()
-
-    def forward(self, x):
-        w = torch.cat([self.full_weight[:self.lo], self.weight, self.full_weight[self.hi:]])
-        b = None if self.bias is None else torch.cat([self.full_bias[:self.lo], self.bias, self.full_bias[self.hi:]])
-        return F.linear(x, w, b)[..., self.lo:self.hi]
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        if n % world:
-            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
-        cols = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-
-    def forward(self, x):
-        y = self.reduce(F.linear(x, self.weight))
-        return y if self.bias is None else y + self.bias
-''',
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        # about 3 lines
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-        n = mlp.fc.out_features
-        self.lo, self.hi = rank * n // world, (rank + 1) * n // world
-        self.full_fc = copy.deepcopy(mlp.fc).requires_grad_(False)  # the whole fc: all of X W_in, then my features
-        self.__dict__["full_fc"] = self._modules.pop("full_fc")    # not one of the block's parameters
-
-    def forward(self, x):
-        # about 1 line
-        x = self.enter(x)
-        w = torch.cat([self.full_fc.weight[:self.lo], self.fc.weight, self.full_fc.weight[self.hi:]])
-        b = torch.cat([self.full_fc.bias[:self.lo], self.fc.bias, self.full_fc.bias[self.hi:]])
-        return self.proj(F.gelu(F.linear(x, w, b)[..., self.lo:self.hi]))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        # about 9 lines; attn.head_size is hs, attn.mask the causal mask (a buffer)
-        n_head = attn.q.out_features // attn.head_size
-        if n_head % world:
-            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
-                             f"choose a tensor-parallel size that divides the number of heads")
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        # about 12 lines: CausalSelfAttention.forward (nanoparallel/lessons/models.py) on your heads
-        x = self.enter(x)
-        B, T, _ = x.shape
-        hs = self.head_size
-        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, nh, hs).transpose(1, 2)
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-        
-''',
-        'sequence_parallel': '''
-class AllGatherSequence(torch.autograd.Function):
-    """g under sequence parallelism: forward, all-gather the sequence shards (dim 1) into the
-    whole sequence; backward, reduce-scatter the gradient back to this rank's shard."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(x) for _ in range(t)]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, dim=1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        out = torch.empty_like(grad.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in grad.chunk(t, dim=1)])
-        return out
-
-
-class ReduceScatterSequence(torch.autograd.Function):
-    """ḡ under sequence parallelism: forward, reduce-scatter the partial sums into this rank's
-    sequence shard; backward, all-gather the gradient of the whole sequence."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        out = torch.empty_like(x.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in x.chunk(t, dim=1)])
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(grad) for _ in range(t)]
-        dist.all_gather(parts, grad.contiguous())
-        return torch.cat(parts, dim=1)
-
-
-def sync_sequence_parallel_grads(model):
-    """After backward: sum over the ranks the gradient of every replicated parameter that saw only
-    this rank's sequence shard: the blocks' LayerNorm weights and biases and the row-parallel
-    biases (`split_of(name)` names those "row"), not the embeddings, ln_f or lm_head, which see
-    the whole sequence (read the TPBlock and the model's entry and exit above)."""
-    t = dist.get_world_size()
-    for name, p in model.named_parameters():
-        in_blocks = name.startswith("blocks.")
-        row_bias = split_of(name) == "row" and name.endswith(".bias")
-        if in_blocks and (split_of(name) is None or row_bias) and p.grad is not None:
-            parts = [torch.empty_like(p.grad) for _ in range(t)]  # every rank's gradient, then their sum
-            dist.all_gather(parts, p.grad.contiguous())
-            p.grad = torch.stack(parts).sum(0)
-''',
+        'linears': _solution_with(
+            'linears',
+            '        rows = slice(rank * n // world, (rank + 1) * n // world)\n'
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())\n',
+            '        self.lo, self.hi = rank * n // world, (rank + 1) * n // world\n'
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[self.lo:self.hi].clone())\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[self.lo:self.hi].clone())\n'
+            "        # the whole layer, to compute Y = X A and keep this rank's features\n"
+            '        self.full_weight = linear.weight.detach().clone()\n'
+            '        self.full_bias = None if linear.bias is None else linear.bias.detach().clone()\n',
+            '        return F.linear(x, self.weight, self.bias)\n',
+            '        w = torch.cat([self.full_weight[:self.lo], self.weight, self.full_weight[self.hi:]])\n'
+            '        b = None if self.bias is None else torch.cat([self.full_bias[:self.lo], self.bias, self.full_bias[self.hi:]])\n'
+            '        return F.linear(x, w, b)[..., self.lo:self.hi]\n'),
+        'block': _solution_with(
+            'block',
+            '        self.enter = enter if enter is not None else CopyToParallel.apply\n'
+            '        ### END SOLUTION\n'
+            '\n'
+            '    def forward(self, x):\n'
+            '        # about 1 line\n'
+            '        ### BEGIN SOLUTION\n'
+            '        return self.proj(F.gelu(self.fc(self.enter(x))))\n',
+            '        self.enter = enter if enter is not None else CopyToParallel.apply\n'
+            '        n = mlp.fc.out_features\n'
+            '        self.lo, self.hi = rank * n // world, (rank + 1) * n // world\n'
+            '        self.full_fc = copy.deepcopy(mlp.fc).requires_grad_(False)  # the whole fc: all of X W_in, then my features\n'
+            '        self.__dict__["full_fc"] = self._modules.pop("full_fc")    # not one of the block\'s parameters\n'
+            '\n'
+            '    def forward(self, x):\n'
+            '        return self.proj(F.gelu(self.fc(self.enter(x))))\n',
+            '        return self.proj(F.gelu(self.fc(self.enter(x))))\n',
+            '        x = self.enter(x)\n'
+            '        w = torch.cat([self.full_fc.weight[:self.lo], self.fc.weight, self.full_fc.weight[self.hi:]])\n'
+            '        b = torch.cat([self.full_fc.bias[:self.lo], self.fc.bias, self.full_fc.bias[self.hi:]])\n'
+            '        return self.proj(F.gelu(F.linear(x, w, b)[..., self.lo:self.hi]))\n',
+            '        return self.proj(y)\n',
+            '        return self.proj(y)\n'
+            '        \n'),
+        'sequence_parallel': _solution_with(
+            'sequence_parallel',
+            '    the whole sequence (read the TPBlock and the model\'s entry and exit above)."""\n',
+            '    the whole sequence (read the TPBlock and the model\'s entry and exit above)."""\n'
+            '    t = dist.get_world_size()\n',
+            '            dist.all_reduce(p.grad)\n',
+            "            parts = [torch.empty_like(p.grad) for _ in range(t)]  # every rank's gradient, then their sum\n"
+            '            dist.all_gather(parts, p.grad.contiguous())\n'
+            '            p.grad = torch.stack(parts).sum(0)\n'),
     },
     'row_layer_zero_padded_whole_product': {
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        if n % world:
-            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
-        rows = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        if n % world:
-            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
-        self.lo, self.hi, self.n = rank * n // world, (rank + 1) * n // world, n
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, self.lo:self.hi].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-        self.full_weight = linear.weight.detach().clone()  # the whole layer: X A with X zero outside my features
-
-    def forward(self, x):
-        whole = x.new_zeros(*x.shape[:-1], self.n)
-        whole[..., self.lo:self.hi] = x
-        w = torch.cat([self.full_weight[:, :self.lo], self.weight, self.full_weight[:, self.hi:]], dim=1)
-        y = self.reduce(F.linear(whole, w))
-        return y if self.bias is None else y + self.bias
-''',
+        'linears': _solution_with(
+            'linears',
+            '        cols = slice(rank * n // world, (rank + 1) * n // world)\n'
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())\n',
+            '        self.lo, self.hi, self.n = rank * n // world, (rank + 1) * n // world, n\n'
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[:, self.lo:self.hi].clone())\n',
+            '        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply\n',
+            '        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply\n'
+            '        self.full_weight = linear.weight.detach().clone()  # the whole layer: X A with X zero outside my features\n',
+            '        y = self.reduce(F.linear(x, self.weight))\n',
+            '        whole = x.new_zeros(*x.shape[:-1], self.n)\n'
+            '        whole[..., self.lo:self.hi] = x\n'
+            '        w = torch.cat([self.full_weight[:, :self.lo], self.weight, self.full_weight[:, self.hi:]], dim=1)\n'
+            '        y = self.reduce(F.linear(whole, w))\n'),
     },
     'swaps': {
         'f_g': '''
@@ -265,99 +135,23 @@ class ReduceFromParallel(torch.autograd.Function):
         dist.all_reduce(grad)
         return grad
 ''',
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        if n % world:
-            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
-        rows = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        if n % world:
-            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
-        cols = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-
-    def forward(self, x):
-        return self.reduce(F.linear(x, self.weight, self.bias))
-''',
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(self.enter(x))))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        n_head = attn.q.out_features // attn.head_size
-        if n_head % world:
-            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
-                             f"choose a tensor-parallel size that divides the number of heads")
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        x = self.enter(x)
-        B, T, _ = x.shape
-        hs = self.head_size
-        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, hs, nh).permute(0, 3, 1, 2)
-        k = k.view(B, T, hs, nh).permute(0, 3, 1, 2)
-        v = v.view(B, T, hs, nh).permute(0, 3, 1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-''',
-        'comm': '''
-def tp_comm_bytes(b, s, h, t, bytes_per_value):
-    """Bytes each rank sends per transformer layer per training step (forward and backward)
-    under Megatron tensor parallelism over t ranks, with the course's convention for an
-    all-reduce of N bytes (ring: 2(t-1)/t N sent per rank). b batch, s sequence, h hidden."""
-    return 2 * 2 * (t - 1) / t * b * s * h * bytes_per_value  # forgot backward
-''',
+        'linears': _solution_with(
+            'linears',
+            '        y = self.reduce(F.linear(x, self.weight))\n'
+            '        return y if self.bias is None else y + self.bias\n',
+            '        return self.reduce(F.linear(x, self.weight, self.bias))\n'),
+        'block': _solution_with(
+            'block',
+            '        q = q.view(B, T, nh, hs).transpose(1, 2)\n'
+            '        k = k.view(B, T, nh, hs).transpose(1, 2)\n'
+            '        v = v.view(B, T, nh, hs).transpose(1, 2)\n',
+            '        q = q.view(B, T, hs, nh).permute(0, 3, 1, 2)\n'
+            '        k = k.view(B, T, hs, nh).permute(0, 3, 1, 2)\n'
+            '        v = v.view(B, T, hs, nh).permute(0, 3, 1, 2)\n'),
+        'comm': _solution_with(
+            'comm',
+            '    return 4 * 2 * (t - 1) / t * b * s * h * bytes_per_value\n',
+            '    return 2 * 2 * (t - 1) / t * b * s * h * bytes_per_value  # forgot backward\n'),
         'sequence_parallel': '''
 def _all_gather_sequence(x):
     t = dist.get_world_size()
@@ -409,142 +203,37 @@ def sync_sequence_parallel_grads(model):
             dist.all_reduce(p.grad)
             p.grad /= dist.get_world_size()  # averaged, as data parallelism would
 ''',
-        'memory': '''
-def activation_memory(s, b, h, a, t=1, sequence_parallel=False):
-    """Bytes of activations one transformer layer keeps for backward on each of t ranks, in
-    Korthikanti et al.'s convention (16-bit activations, 1-byte dropout masks): no tensor
-    parallelism (t = 1), Megatron tensor parallelism, and tensor + sequence parallelism."""
-    attention_core = 5 * a * s / h  # softmax output, its dropout mask and output: sharded by heads
-    if sequence_parallel:
-        return s * b * h * (34 / t + attention_core / t)
-    return s * b * h * (34 / t + attention_core / t)  # all of it divided by t
-''',
+        'memory': _solution_with(
+            'memory',
+            '    return s * b * h * (10 + 24 / t + attention_core / t)\n',
+            '    return s * b * h * (34 / t + attention_core / t)  # all of it divided by t\n'),
     },
     'shortcuts': {
-        'f_g': '''
-class CopyToParallel(torch.autograd.Function):
-    """Megatron's f: the identity forward; backward, the sum of the gradient over all ranks."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous().clone()  # all-reduce works in place: leave autograd's tensor alone
-        dist.all_reduce(grad)
-        return grad
-
-
-class ReduceFromParallel(torch.autograd.Function):
-    """Megatron's f̄: forward, the sum of the input over all ranks; the identity backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        x = x.contiguous().clone()
-        dist.all_reduce(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad)
-        return grad
-''',
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        if n % world:
-            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
-        rows = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        if n % world:
-            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
-        cols = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-
-    def forward(self, x):
-        y = F.linear(x, self.weight).contiguous()
-        dist.all_reduce(y)
-        return y if self.bias is None else y + self.bias
-''',
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(self.enter(x))))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        n_head = attn.q.out_features // attn.head_size
-        if n_head % world:
-            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
-                             f"choose a tensor-parallel size that divides the number of heads")
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        B, T, _ = x.shape
-        hs = self.head_size
-        q, k, v = self.q(self.enter(x)), self.k(self.enter(x)), self.v(self.enter(x))  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, nh, hs).transpose(1, 2)
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-''',
-        'comm': '''
-def tp_comm_bytes(b, s, h, t, bytes_per_value):
-    """Bytes each rank sends per transformer layer per training step (forward and backward)
-    under Megatron tensor parallelism over t ranks, with the course's convention for an
-    all-reduce of N bytes (ring: 2(t-1)/t N sent per rank). b batch, s sequence, h hidden."""
-    return 4 * (t - 1) * b * s * h * bytes_per_value  # every rank sends its tensor to every other
-''',
+        'f_g': _solution_with(
+            'f_g',
+            '    def backward(ctx, grad):\n'
+            '        # about 1 line\n'
+            '        ### BEGIN SOLUTION\n'
+            '        return grad\n',
+            '    def backward(ctx, grad):\n'
+            '        grad = grad.contiguous().clone()\n'
+            '        dist.all_reduce(grad)\n'
+            '        return grad\n'),
+        'linears': _solution_with(
+            'linears',
+            '        y = self.reduce(F.linear(x, self.weight))\n',
+            '        y = F.linear(x, self.weight).contiguous()\n'
+            '        dist.all_reduce(y)\n'),
+        'block': _solution_with(
+            'block',
+            '        x = self.enter(x)\n',
+            '',
+            "        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads\n",
+            "        q, k, v = self.q(self.enter(x)), self.k(self.enter(x)), self.v(self.enter(x))  # (B, T, nh/t * hs): this rank's heads\n"),
+        'comm': _solution_with(
+            'comm',
+            '    return 4 * 2 * (t - 1) / t * b * s * h * bytes_per_value\n',
+            '    return 4 * (t - 1) * b * s * h * bytes_per_value  # every rank sends its tensor to every other\n'),
         'sequence_parallel': '''
 def _all_gather_sequence(x):
     t = dist.get_world_size()
@@ -595,98 +284,28 @@ def sync_sequence_parallel_grads(model):
         if in_blocks and split_of(name) is None and p.grad is not None:  # LayerNorms only
             dist.all_reduce(p.grad)
 ''',
-        'memory': '''
-def activation_memory(s, b, h, a, t=1, sequence_parallel=False):
-    """Bytes of activations one transformer layer keeps for backward on each of t ranks, in
-    Korthikanti et al.'s convention (16-bit activations, 1-byte dropout masks): no tensor
-    parallelism (t = 1), Megatron tensor parallelism, and tensor + sequence parallelism."""
-    attention_core = 5 * a * s / h  # softmax output, its dropout mask and output: sharded by heads
-    if sequence_parallel:
-        return s * b * h * (34 / t + attention_core)
-    return s * b * h * (10 + 24 / t + attention_core)  # the heads' attention is split too
-''',
+        'memory': _solution_with(
+            'memory',
+            '        return s * b * h * (34 / t + attention_core / t)\n'
+            '    return s * b * h * (10 + 24 / t + attention_core / t)\n',
+            '        return s * b * h * (34 / t + attention_core)\n'
+            "    return s * b * h * (10 + 24 / t + attention_core)  # the heads' attention is split too\n"),
     },
     'no_checks_and_gathers': {
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        rows = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        cols = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-
-    def forward(self, x):
-        y = self.reduce(F.linear(x, self.weight))
-        return y if self.bias is None else y + self.bias
-''',
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(self.enter(x))))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        n_head = attn.q.out_features // attn.head_size
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        x = self.enter(x)
-        B, T, _ = x.shape
-        hs = self.head_size
-        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, nh, hs).transpose(1, 2)
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-''',
+        'linears': _solution_with(
+            'linears',
+            '        if n % world:\n'
+            '            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")\n',
+            '',
+            '        if n % world:\n'
+            '            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")\n',
+            ''),
+        'block': _solution_with(
+            'block',
+            '        if n_head % world:\n'
+            '            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "\n'
+            '                             f"choose a tensor-parallel size that divides the number of heads")\n',
+            ''),
         'sequence_parallel': '''
 def _all_gather_sequence(x):
     t = dist.get_world_size()
@@ -847,328 +466,69 @@ def sync_sequence_parallel_grads(model):
 # Wrong answers the checks used to let through, and others a student may write (see the module docstring).
 MUTANTS.update({
     'wrong_dimension_checked': {
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        if linear.in_features % world:  # the other dimension
-            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
-        rows = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        if linear.out_features % world:  # the other dimension
-            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
-        cols = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-
-    def forward(self, x):
-        y = self.reduce(F.linear(x, self.weight))
-        return y if self.bias is None else y + self.bias
-''',
+        'linears': _solution_with(
+            'linears',
+            '        if n % world:\n'
+            '            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")\n',
+            '        if linear.in_features % world:  # the other dimension\n'
+            '            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")\n',
+            '        if n % world:\n'
+            '            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")\n',
+            '        if linear.out_features % world:  # the other dimension\n'
+            '            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")\n'),
     },
     'shards_are_views': {
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        if n % world:
-            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
-        rows = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[rows])
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows])
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        if n % world:
-            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
-        cols = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols])
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-
-    def forward(self, x):
-        y = self.reduce(F.linear(x, self.weight))
-        return y if self.bias is None else y + self.bias
-''',
+        'linears': _solution_with(
+            'linears',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())\n',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[rows])\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows])\n',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())\n',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols])\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach())\n'),
     },
     'contiguous_instead_of_clone': {
-        'linears': '''
-class ColumnParallelLinear(torch.nn.Module):
-    """Rank `rank`'s column shard of `linear`: Y = X A with A split by columns (the rows of
-    PyTorch's weight), the bias split the same way. The output is this rank's slice of Y's
-    features. No communication."""
-
-    def __init__(self, linear, rank, world):
-        super().__init__()
-        n = linear.out_features
-        if n % world:
-            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
-        rows = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].contiguous())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].contiguous())
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(torch.nn.Module):
-    """Rank `rank`'s row shard of `linear`: its input is this rank's slice of X's features, A is
-    split by rows (the columns of PyTorch's weight). The partial products are summed with
-    `reduce` (default: f̄, ReduceFromParallel.apply); the bias, whole, is added once, after."""
-
-    def __init__(self, linear, rank, world, reduce=None):
-        super().__init__()
-        n = linear.in_features
-        if n % world:
-            raise ValueError(f"RowParallelLinear: {n} input features do not split over {world} ranks")
-        cols = slice(rank * n // world, (rank + 1) * n // world)
-        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].contiguous())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
-        self.reduce = reduce if reduce is not None else ReduceFromParallel.apply
-
-    def forward(self, x):
-        y = self.reduce(F.linear(x, self.weight))
-        return y if self.bias is None else y + self.bias
-''',
+        'linears': _solution_with(
+            'linears',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].clone())\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].clone())\n',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[rows].contiguous())\n'
+            '        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[rows].contiguous())\n',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].clone())\n',
+            '        self.weight = torch.nn.Parameter(linear.weight.detach()[:, cols].contiguous())\n'),
     },
     'mask_not_cut_to_T': {
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(self.enter(x))))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        n_head = attn.q.out_features // attn.head_size
-        if n_head % world:
-            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
-                             f"choose a tensor-parallel size that divides the number of heads")
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        x = self.enter(x)
-        B, T, _ = x.shape
-        hs = self.head_size
-        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, nh, hs).transpose(1, 2)
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask == 0, float("-inf"))  # the whole block_size mask
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-''',
+        'block': _solution_with(
+            'block',
+            '        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))\n',
+            '        att = att.masked_fill(self.mask == 0, float("-inf"))  # the whole block_size mask\n'),
     },
     'sequence_length_before_enter': {
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(self.enter(x))))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        n_head = attn.q.out_features // attn.head_size
-        if n_head % world:
-            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
-                             f"choose a tensor-parallel size that divides the number of heads")
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        B, T, _ = x.shape  # read before enter
-        x = self.enter(x)
-        hs = self.head_size
-        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, nh, hs).transpose(1, 2)
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-''',
+        'block': _solution_with(
+            'block',
+            '    def forward(self, x):\n'
+            '        # about 12 lines: CausalSelfAttention.forward (nanoparallel/lessons/models.py) on your heads\n'
+            '        ### BEGIN SOLUTION\n'
+            '        x = self.enter(x)\n',
+            '    def forward(self, x):\n'
+            '        B, T, _ = x.shape  # read before enter\n'
+            '        x = self.enter(x)\n',
+            '        B, T, _ = x.shape\n',
+            ''),
     },
     'heads_checked_by_head_size': {
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(self.enter(x))))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        n_head = attn.q.out_features // attn.head_size
-        if attn.head_size % world:  # the head size, not the number of heads
-            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
-                             f"choose a tensor-parallel size that divides the number of heads")
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        x = self.enter(x)
-        B, T, _ = x.shape
-        hs = self.head_size
-        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, nh, hs).transpose(1, 2)
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-''',
+        'block': _solution_with(
+            'block',
+            '        if n_head % world:\n',
+            '        if attn.head_size % world:  # the head size, not the number of heads\n'),
     },
     'heads_checked_against_world': {
-        'block': '''
-class TPMLP(torch.nn.Module):
-    """The block's MLP under tensor parallelism: enter (default f), fc column-parallel, GeLU,
-    proj row-parallel with `reduce` (default f̄)."""
-
-    def __init__(self, mlp, rank, world, enter=None, reduce=None):
-        super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
-        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        return self.proj(F.gelu(self.fc(self.enter(x))))
-
-
-class TPAttention(torch.nn.Module):
-    """The block's causal self-attention under tensor parallelism: enter (default f); q, k and v
-    column-parallel, so each rank holds whole heads; attention over this rank's heads; proj
-    row-parallel with `reduce` (default f̄). ValueError if the heads do not split over `world`."""
-
-    def __init__(self, attn, rank, world, enter=None, reduce=None):
-        super().__init__()
-        n_head = attn.q.out_features // attn.head_size
-        if n_head < world:  # fewer heads than ranks, instead of heads that do not divide
-            raise ValueError(f"TPAttention: {n_head} heads do not split over {world} ranks; "
-                             f"choose a tensor-parallel size that divides the number of heads")
-        self.head_size = attn.head_size
-        self.q = ColumnParallelLinear(attn.q, rank, world)
-        self.k = ColumnParallelLinear(attn.k, rank, world)
-        self.v = ColumnParallelLinear(attn.v, rank, world)
-        self.proj = RowParallelLinear(attn.proj, rank, world, reduce=reduce)
-        self.register_buffer("mask", attn.mask, persistent=False)
-        self.enter = enter if enter is not None else CopyToParallel.apply
-
-    def forward(self, x):
-        x = self.enter(x)
-        B, T, _ = x.shape
-        hs = self.head_size
-        q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, nh/t * hs): this rank's heads
-        nh = q.size(-1) // hs
-        q = q.view(B, T, nh, hs).transpose(1, 2)
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hs)
-        return self.proj(y)
-''',
+        'block': _solution_with(
+            'block',
+            '        if n_head % world:\n',
+            '        if n_head < world:  # fewer heads than ranks, instead of heads that do not divide\n'),
     },
     'all_reduce_in_place': {
         'f_g': '''
@@ -1199,181 +559,50 @@ class ReduceFromParallel(torch.autograd.Function):
 ''',
     },
     'torch_autograd_collectives': {
-        'sequence_parallel': '''
-from torch.distributed.nn.functional import all_gather as _autograd_all_gather, reduce_scatter as _autograd_reduce_scatter
-
-
-class AllGatherSequence:
-    """torch's autograd-aware all-gather, in place of an autograd Function of one's own."""
-
-    @staticmethod
-    def apply(x):
-        return torch.cat(_autograd_all_gather(x.contiguous()), dim=1)
-
-
-class ReduceScatterSequence:
-    """torch's autograd-aware reduce-scatter, in place of an autograd Function of one's own."""
-
-    @staticmethod
-    def apply(x):
-        t = dist.get_world_size()
-        out = torch.empty_like(x.chunk(t, dim=1)[0]).contiguous()
-        return _autograd_reduce_scatter(out, [c.contiguous() for c in x.chunk(t, dim=1)])
-
-
-class _UnusedGather(torch.autograd.Function):
-    """g under sequence parallelism: forward, all-gather the sequence shards (dim 1) into the
-    whole sequence; backward, reduce-scatter the gradient back to this rank's shard."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(x) for _ in range(t)]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, dim=1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        out = torch.empty_like(grad.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in grad.chunk(t, dim=1)])
-        return out
-
-
-class _UnusedScatter(torch.autograd.Function):
-    """ḡ under sequence parallelism: forward, reduce-scatter the partial sums into this rank's
-    sequence shard; backward, all-gather the gradient of the whole sequence."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        out = torch.empty_like(x.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in x.chunk(t, dim=1)])
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(grad) for _ in range(t)]
-        dist.all_gather(parts, grad.contiguous())
-        return torch.cat(parts, dim=1)
-
-
-def sync_sequence_parallel_grads(model):
-    """After backward: sum over the ranks the gradient of every replicated parameter that saw only
-    this rank's sequence shard: the blocks' LayerNorm weights and biases and the row-parallel
-    biases (`split_of(name)` names those "row"), not the embeddings, ln_f or lm_head, which see
-    the whole sequence (read the TPBlock and the model's entry and exit above)."""
-    for name, p in model.named_parameters():
-        in_blocks = name.startswith("blocks.")
-        row_bias = split_of(name) == "row" and name.endswith(".bias")
-        if in_blocks and (split_of(name) is None or row_bias) and p.grad is not None:
-            dist.all_reduce(p.grad)
-''',
+        'sequence_parallel': _solution_with(
+            'sequence_parallel',
+            'class AllGatherSequence(torch.autograd.Function):\n',
+            'from torch.distributed.nn.functional import all_gather as _autograd_all_gather, reduce_scatter as _autograd_reduce_scatter\n'
+            '\n'
+            '\n'
+            'class AllGatherSequence:\n'
+            '    """torch\'s autograd-aware all-gather, in place of an autograd Function of one\'s own."""\n'
+            '\n'
+            '    @staticmethod\n'
+            '    def apply(x):\n'
+            '        return torch.cat(_autograd_all_gather(x.contiguous()), dim=1)\n'
+            '\n'
+            '\n'
+            'class ReduceScatterSequence:\n'
+            '    """torch\'s autograd-aware reduce-scatter, in place of an autograd Function of one\'s own."""\n'
+            '\n'
+            '    @staticmethod\n'
+            '    def apply(x):\n'
+            '        t = dist.get_world_size()\n'
+            '        out = torch.empty_like(x.chunk(t, dim=1)[0]).contiguous()\n'
+            '        return _autograd_reduce_scatter(out, [c.contiguous() for c in x.chunk(t, dim=1)])\n'
+            '\n'
+            '\n'
+            'class _UnusedGather(torch.autograd.Function):\n',
+            'class ReduceScatterSequence(torch.autograd.Function):\n',
+            'class _UnusedScatter(torch.autograd.Function):\n'),
     },
     'gathers_the_batch_dim': {
-        'sequence_parallel': '''
-class AllGatherSequence(torch.autograd.Function):
-    """g under sequence parallelism: forward, all-gather the sequence shards (dim 1) into the
-    whole sequence; backward, reduce-scatter the gradient back to this rank's shard."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(x) for _ in range(t)]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, dim=0)  # the batch dimension, not the sequence
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        out = torch.empty_like(grad.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in grad.chunk(t, dim=1)])
-        return out
-
-
-class ReduceScatterSequence(torch.autograd.Function):
-    """ḡ under sequence parallelism: forward, reduce-scatter the partial sums into this rank's
-    sequence shard; backward, all-gather the gradient of the whole sequence."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        out = torch.empty_like(x.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in x.chunk(t, dim=1)])
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(grad) for _ in range(t)]
-        dist.all_gather(parts, grad.contiguous())
-        return torch.cat(parts, dim=1)
-
-
-def sync_sequence_parallel_grads(model):
-    """After backward: sum over the ranks the gradient of every replicated parameter that saw only
-    this rank's sequence shard: the blocks' LayerNorm weights and biases and the row-parallel
-    biases (`split_of(name)` names those "row"), not the embeddings, ln_f or lm_head, which see
-    the whole sequence (read the TPBlock and the model's entry and exit above)."""
-    for name, p in model.named_parameters():
-        in_blocks = name.startswith("blocks.")
-        row_bias = split_of(name) == "row" and name.endswith(".bias")
-        if in_blocks and (split_of(name) is None or row_bias) and p.grad is not None:
-            dist.all_reduce(p.grad)
-''',
+        'sequence_parallel': _solution_with(
+            'sequence_parallel',
+            '        return torch.cat(parts, dim=1)\n'
+            '        ### END SOLUTION\n'
+            '\n'
+            '    @staticmethod\n',
+            '        return torch.cat(parts, dim=0)  # the batch dimension, not the sequence\n'
+            '\n'
+            '    @staticmethod\n'),
     },
     'sums_whole_sequence_params_too': {
-        'sequence_parallel': '''
-class AllGatherSequence(torch.autograd.Function):
-    """g under sequence parallelism: forward, all-gather the sequence shards (dim 1) into the
-    whole sequence; backward, reduce-scatter the gradient back to this rank's shard."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(x) for _ in range(t)]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, dim=1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        out = torch.empty_like(grad.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in grad.chunk(t, dim=1)])
-        return out
-
-
-class ReduceScatterSequence(torch.autograd.Function):
-    """ḡ under sequence parallelism: forward, reduce-scatter the partial sums into this rank's
-    sequence shard; backward, all-gather the gradient of the whole sequence."""
-
-    @staticmethod
-    def forward(ctx, x):
-        t = dist.get_world_size()
-        out = torch.empty_like(x.chunk(t, dim=1)[0]).contiguous()
-        dist.reduce_scatter(out, [c.contiguous() for c in x.chunk(t, dim=1)])
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        t = dist.get_world_size()
-        parts = [torch.empty_like(grad) for _ in range(t)]
-        dist.all_gather(parts, grad.contiguous())
-        return torch.cat(parts, dim=1)
-
-
-def sync_sequence_parallel_grads(model):
-    """After backward: sum over the ranks the gradient of every replicated parameter that saw only
-    this rank's sequence shard: the blocks' LayerNorm weights and biases and the row-parallel
-    biases (`split_of(name)` names those "row"), not the embeddings, ln_f or lm_head, which see
-    the whole sequence (read the TPBlock and the model's entry and exit above)."""
-    for name, p in model.named_parameters():
-        in_blocks = name.startswith("blocks.")
-        row_bias = split_of(name) == "row" and name.endswith(".bias")
-        if (split_of(name) is None or row_bias) and p.grad is not None:  # embeddings, ln_f and lm_head too
-            dist.all_reduce(p.grad)
-''',
+        'sequence_parallel': _solution_with(
+            'sequence_parallel',
+            '        if in_blocks and (split_of(name) is None or row_bias) and p.grad is not None:\n',
+            '        if (split_of(name) is None or row_bias) and p.grad is not None:  # embeddings, ln_f and lm_head too\n'),
     },
 })
 

@@ -32,32 +32,18 @@ def flop_shares(h, s, n_layer, vocab):
     total = mha + ffn + attn + logit
     return {"mha": mha / total, "ffn": ffn / total, "attn": attn / total, "logit": logit / total}
 ''',
-        'gating': '''
-def gate_logits(x, w_gate, w_noise=None, noise=None):
-    """H = x @ w_gate, plus noise * softplus(x @ w_noise) when w_noise is given."""
-    logits = x @ w_gate
-    if w_noise is not None:
-        if noise is None:
-            noise = torch.randn(logits.shape, dtype=logits.dtype)
-        logits = logits + noise * F.softplus(x @ w_noise)
-    return logits
-
-
-def top_k_gating(logits, k, softmax_first=False):
-    """(weights, experts, probs): each token's k largest experts, largest first, their gate
-    weights (Softmax(KeepTopK) or, with softmax_first, TopK(Softmax)), and the softmax over all."""
-    probs = logits.softmax(dim=-1)
-    weights, experts = probs.topk(k, dim=-1)  # one convention for both
-    return weights, experts, probs
-''',
-        'balance': '''
-def load_balancing_loss(probs, experts, alpha=0.01):
-    """Switch's alpha * E * sum_i f_i * P_i: f_i the fraction of the T*k assignments that chose
-    expert i, P_i the mean of probs[:, i]. The gradient flows through P only."""
-    n_experts = probs.shape[-1]
-    f = torch.bincount(experts.reshape(-1), minlength=n_experts).to(probs.dtype) / experts.numel()
-    return alpha * (f * probs.mean(dim=0)).sum()
-''',
+        'gating': _solution_with(
+            'gating',
+            '    if softmax_first:\n'
+            '        weights, experts = probs.topk(k, dim=-1)\n'
+            '    else:\n'
+            '        top, experts = logits.topk(k, dim=-1)\n'
+            '        weights = top.softmax(dim=-1)\n',
+            '    weights, experts = probs.topk(k, dim=-1)  # one convention for both\n'),
+        'balance': _solution_with(
+            'balance',
+            '    return alpha * n_experts * (f * probs.mean(dim=0)).sum()\n',
+            '    return alpha * (f * probs.mean(dim=0)).sum()\n'),
         'capacity': '''
 def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
     """ceil(capacity_factor * k * n_tokens / n_experts), as an int."""
@@ -72,87 +58,20 @@ def keep_mask(experts, n_experts, capacity):
     position = F.one_hot(order, n_experts).cumsum(dim=0).gather(1, order[:, None]).squeeze(1) - 1
     return (position < capacity).flip(0).reshape(k, n_tokens).t()
 ''',
-        'layer': '''
-def moe_layer(moe, x, noise=None):
-    """(y, balance): y = x + the kept experts' outputs, weighted by their gates; every expert
-    runs once on the tokens it kept. balance = load_balancing_loss(probs, experts, alpha=1.0)."""
-    cfg = moe.config
-    w_noise = None if moe.noise is None else moe.noise.weight.t()
-    logits = gate_logits(x, moe.router.weight.t(), w_noise, noise)
-    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
-    capacity = expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k)
-    keep = keep_mask(experts, cfg.n_experts, capacity)
-    y = x
-    for e, expert in enumerate(moe.experts):
-        tokens, slots = torch.nonzero((experts == e) & keep, as_tuple=True)
-        if len(tokens):
-            y = y.index_add(0, tokens, expert(x[tokens]))
-    return y, load_balancing_loss(probs, experts, alpha=1.0)
-''',
-        'shared': '''
-def shared_moe_layer(moe, x, noise=None):
-    """Your moe_layer plus the shared expert, which every token goes through ungated."""
-    y, balance = moe_layer(moe, x, noise)
-    if moe.shared is not None:
-        y = y + moe.shared(x)
-    return y, balance
-
-
-def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
-    """(total, active) parameters of one MoE layer: router, routed and shared experts."""
-    expert = 2 * d_model * d_ff + d_ff + d_model
-    router = d_model * n_experts
-    return router + (n_experts + n_shared) * expert, router + k * expert
-''',
-        'expert_parallel': '''
-class AllToAll(torch.autograd.Function):
-    """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
-    rank q. Backward: each received row's gradient goes back to the rank and row it came from."""
-
-    @staticmethod
-    def forward(ctx, x, send_counts, recv_counts):
-        ctx.counts = send_counts, recv_counts
-        out = x.new_empty(sum(recv_counts), *x.shape[1:])
-        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        send_counts, recv_counts = ctx.counts
-        out = grad.new_empty(sum(recv_counts), *grad.shape[1:])
-        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
-        return out, None, None
-
-
-def ep_moe_layer(shard, x, noise=None):
-    """The MoE layer on this rank's tokens x, experts spread over the ranks: (y, balance)."""
-    cfg, world = shard.config, shard.world
-    n_experts = cfg.n_experts
-    per = n_experts // world
-    w_noise = None if shard.noise is None else shard.noise.weight.t()
-    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
-    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
-    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
-    tokens, slots = torch.nonzero(keep, as_tuple=True)
-    order = torch.argsort(experts[tokens, slots], stable=True)  # grouped by expert, hence by rank
-    tokens, slots = tokens[order], slots[order]
-
-    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
-    arriving = torch.empty_like(per_expert)                     # [source rank, my expert]
-    dist.all_to_all_single(arriving, per_expert)
-    arriving = arriving.view(world, per)
-    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
-
-    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
-    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
-    out = torch.zeros_like(rows)
-    for i in range(per):  # every local expert runs, even on no rows: see the note below
-        mine = torch.nonzero(local == i).squeeze(1)
-        out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))
-    back = AllToAll.apply(out, recv_counts, send_counts)
-    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)
-    return y, load_balancing_loss(probs, experts, alpha=1.0)
-''',
+        'layer': _solution_with(
+            'layer',
+            '            y = y.index_add(0, tokens, weights[tokens, slots, None] * expert(x[tokens]))\n',
+            '            y = y.index_add(0, tokens, expert(x[tokens]))\n'),
+        'shared': _solution_with(
+            'shared',
+            '    return router + (n_experts + n_shared) * expert, router + (k + n_shared) * expert\n',
+            '    return router + (n_experts + n_shared) * expert, router + k * expert\n'),
+        'expert_parallel': _solution_with(
+            'expert_parallel',
+            '        out = grad.new_empty(sum(send_counts), *grad.shape[1:])\n'
+            '        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)\n',
+            '        out = grad.new_empty(sum(recv_counts), *grad.shape[1:])\n'
+            '        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)\n'),
     },
     'lazy': {
         'flops': '''
@@ -163,83 +82,35 @@ def flop_shares(h, s, n_layer, vocab):
     total = mha + ffn + attn + logit
     return {"mha": mha / total, "ffn": ffn / total, "attn": attn / total, "logit": logit / total}
 ''',
-        'gating': '''
-def gate_logits(x, w_gate, w_noise=None, noise=None):
-    """H = x @ w_gate, plus noise * softplus(x @ w_noise) when w_noise is given."""
-    logits = x @ w_gate
-    if w_noise is not None:
-        if noise is None:
-            noise = torch.randn(logits.shape, dtype=logits.dtype)
-        logits = logits + noise * (x @ w_noise)
-    return logits
-
-
-def top_k_gating(logits, k, softmax_first=False):
-    """(weights, experts, probs): each token's k largest experts, largest first, their gate
-    weights (Softmax(KeepTopK) or, with softmax_first, TopK(Softmax)), and the softmax over all."""
-    probs = logits.softmax(dim=-1)
-    if softmax_first:
-        weights, experts = probs.topk(k, dim=-1)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    else:
-        top, experts = logits.topk(k, dim=-1)
-        weights = top.softmax(dim=-1)
-    return weights, experts, probs
-''',
-        'balance': '''
-def load_balancing_loss(probs, experts, alpha=0.01):
-    """Switch's alpha * E * sum_i f_i * P_i: f_i the fraction of the T*k assignments that chose
-    expert i, P_i the mean of probs[:, i]. The gradient flows through P only."""
-    n_experts = probs.shape[-1]
-    f = probs.mean(dim=0)
-    return alpha * n_experts * (f * probs.mean(dim=0)).sum()
-''',
-        'capacity': '''
-def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
-    """ceil(capacity_factor * k * n_tokens / n_experts), as an int."""
-    return math.ceil(capacity_factor * k * n_tokens / n_experts)
-
-
-def keep_mask(experts, n_experts, capacity):
-    """Bool (T, k): which assignments the experts keep, first come, first served: every token's
-    first choice in token order, then every second choice, ..."""
-    n_tokens, k = experts.shape
-    order = experts.reshape(-1)  # token-major
-    position = F.one_hot(order, n_experts).cumsum(dim=0).gather(1, order[:, None]).squeeze(1) - 1
-    return (position < capacity).reshape(n_tokens, k)
-''',
-        'layer': '''
-def moe_layer(moe, x, noise=None):
-    """(y, balance): y = x + the kept experts' outputs, weighted by their gates; every expert
-    runs once on the tokens it kept. balance = load_balancing_loss(probs, experts, alpha=1.0)."""
-    cfg = moe.config
-    w_noise = None if moe.noise is None else moe.noise.weight.t()
-    logits = gate_logits(x, moe.router.weight.t(), w_noise, noise)
-    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
-    capacity = expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k)
-    keep = keep_mask(experts, cfg.n_experts, capacity)
-    y = x
-    for e, expert in enumerate(moe.experts):
-        everyone = expert(x)  # compute for all tokens, keep the routed ones
-        tokens, slots = torch.nonzero((experts == e) & keep, as_tuple=True)
-        y = y.index_add(0, tokens, weights[tokens, slots, None] * everyone[tokens])
-    return y, load_balancing_loss(probs, experts, alpha=1.0)
-''',
-        'shared': '''
-def shared_moe_layer(moe, x, noise=None):
-    """Your moe_layer plus the shared expert, which every token goes through ungated."""
-    y, balance = moe_layer(moe, x, noise)
-    if moe.shared is not None:
-        y = y + moe.shared(x) * 0.5  # halfway between shared and routed
-    return y, balance
-
-
-def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
-    """(total, active) parameters of one MoE layer: router, routed and shared experts."""
-    expert = 2 * d_model * d_ff + d_ff + d_model
-    router = d_model * n_experts
-    return router + (n_experts + n_shared) * expert, router + (k + n_shared) * expert
-''',
+        'gating': _solution_with(
+            'gating',
+            '        logits = logits + noise * F.softplus(x @ w_noise)\n',
+            '        logits = logits + noise * (x @ w_noise)\n',
+            '        weights, experts = probs.topk(k, dim=-1)\n',
+            '        weights, experts = probs.topk(k, dim=-1)\n'
+            '        weights = weights / weights.sum(dim=-1, keepdim=True)\n'),
+        'balance': _solution_with(
+            'balance',
+            '    f = torch.bincount(experts.reshape(-1), minlength=n_experts).to(probs.dtype) / experts.numel()\n',
+            '    f = probs.mean(dim=0)\n'),
+        'capacity': _solution_with(
+            'capacity',
+            '    order = experts.t().reshape(-1)  # choice-major\n',
+            '    order = experts.reshape(-1)  # token-major\n',
+            '    return (position < capacity).reshape(k, n_tokens).t()\n',
+            '    return (position < capacity).reshape(n_tokens, k)\n'),
+        'layer': _solution_with(
+            'layer',
+            '    for e, expert in enumerate(moe.experts):\n',
+            '    for e, expert in enumerate(moe.experts):\n'
+            '        everyone = expert(x)  # compute for all tokens, keep the routed ones\n',
+            '        if len(tokens):\n'
+            '            y = y.index_add(0, tokens, weights[tokens, slots, None] * expert(x[tokens]))\n',
+            '        y = y.index_add(0, tokens, weights[tokens, slots, None] * everyone[tokens])\n'),
+        'shared': _solution_with(
+            'shared',
+            '        y = y + moe.shared(x)\n',
+            '        y = y + moe.shared(x) * 0.5  # halfway between shared and routed\n'),
         'expert_parallel': '''
 class AllToAll(torch.autograd.Function):
     """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
@@ -285,37 +156,15 @@ def ep_moe_layer(shard, x, noise=None):
 ''',
     },
     'subtle': {
-        'flops': '''
-def flop_shares(h, s, n_layer, vocab):
-    """Shares of a transformer's matmul FLOPs: {"mha", "ffn", "attn", "logit"}, summing to 1."""
-    mha, ffn, attn = 8 * h * h * n_layer, 16 * h * h * n_layer, 4 * s * h * n_layer
-    logit = 2 * h * vocab * n_layer
-    total = mha + ffn + attn + logit
-    return {"mha": mha / total, "ffn": ffn / total, "attn": attn / total, "logit": logit / total}
-''',
-        'gating': '''
-def gate_logits(x, w_gate, w_noise=None, noise=None):
-    """H = x @ w_gate, plus noise * softplus(x @ w_noise) when w_noise is given."""
-    logits = x @ w_gate
-    if w_noise is not None:
-        if noise is None:
-            noise = torch.randn(logits.shape, dtype=logits.dtype)
-        logits = logits + noise * F.softplus(x @ w_noise)
-    return logits
-
-
-def top_k_gating(logits, k, softmax_first=False):
-    """(weights, experts, probs): each token's k largest experts, largest first, their gate
-    weights (Softmax(KeepTopK) or, with softmax_first, TopK(Softmax)), and the softmax over all."""
-    probs = logits.softmax(dim=-1)
-    if softmax_first:
-        weights, experts = probs.topk(k, dim=-1)
-    else:
-        top, experts = logits.topk(k, dim=-1)
-        weights = top.softmax(dim=-1)
-    experts, order = experts.sort(dim=-1)
-    return weights.gather(-1, order), experts, probs
-''',
+        'flops': _solution_with(
+            'flops',
+            '    logit = 2 * h * vocab\n',
+            '    logit = 2 * h * vocab * n_layer\n'),
+        'gating': _solution_with(
+            'gating',
+            '    return weights, experts, probs\n',
+            '    experts, order = experts.sort(dim=-1)\n'
+            '    return weights.gather(-1, order), experts, probs\n'),
         'balance': '''
 def load_balancing_loss(probs, experts, alpha=0.01):
     """Switch's alpha * E * sum_i f_i * P_i: f_i the fraction of the T*k assignments that chose
@@ -324,153 +173,31 @@ def load_balancing_loss(probs, experts, alpha=0.01):
     f = torch.bincount(experts.reshape(-1), minlength=n_experts).to(probs.dtype) / experts.shape[0]
     return alpha * n_experts * (f * probs.mean(dim=0)).sum()
 ''',
-        'capacity': '''
-def expert_capacity(n_tokens, n_experts, capacity_factor, k=1):
-    """ceil(capacity_factor * k * n_tokens / n_experts), as an int."""
-    return math.ceil(capacity_factor * n_tokens / n_experts)
-
-
-def keep_mask(experts, n_experts, capacity):
-    """Bool (T, k): which assignments the experts keep, first come, first served: every token's
-    first choice in token order, then every second choice, ..."""
-    n_tokens, k = experts.shape
-    order = experts.t().reshape(-1)  # choice-major
-    position = F.one_hot(order, n_experts).cumsum(dim=0).gather(1, order[:, None]).squeeze(1) - 1
-    return (position < capacity).reshape(k, n_tokens).t()
-''',
-        'layer': '''
-def moe_layer(moe, x, noise=None):
-    """(y, balance): y = x + the kept experts' outputs, weighted by their gates; every expert
-    runs once on the tokens it kept. balance = load_balancing_loss(probs, experts, alpha=1.0)."""
-    cfg = moe.config
-    w_noise = None if moe.noise is None else moe.noise.weight.t()
-    logits = gate_logits(x, moe.router.weight.t(), w_noise, noise)
-    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
-    capacity = expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k)
-    keep = keep_mask(experts, cfg.n_experts, capacity)
-    y = x
-    for e, expert in enumerate(moe.experts):
-        tokens, slots = torch.nonzero(experts == e, as_tuple=True)
-        if len(tokens):
-            y = y.index_add(0, tokens, weights[tokens, slots, None] * expert(x[tokens]))
-    return y, load_balancing_loss(probs, experts, alpha=1.0)
-''',
-        'shared': '''
-def shared_moe_layer(moe, x, noise=None):
-    """Your moe_layer plus the shared expert, which every token goes through ungated."""
-    y, balance = moe_layer(moe, x, noise)
-    if moe.shared is not None:
-        y = y + moe.shared(x)
-    return y, balance
-
-
-def moe_parameters(d_model, d_ff, n_experts, k, n_shared=0):
-    """(total, active) parameters of one MoE layer: router, routed and shared experts."""
-    expert = 2 * d_model * d_ff + d_ff + d_model
-    router = 0
-    return router + (n_experts + n_shared) * expert, router + (k + n_shared) * expert
-''',
-        'expert_parallel': '''
-class AllToAll(torch.autograd.Function):
-    """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
-    rank q. Backward: each received row's gradient goes back to the rank and row it came from."""
-
-    @staticmethod
-    def forward(ctx, x, send_counts, recv_counts):
-        ctx.counts = send_counts, recv_counts
-        out = x.new_empty(sum(recv_counts), *x.shape[1:])
-        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        send_counts, recv_counts = ctx.counts
-        out = grad.new_empty(sum(send_counts), *grad.shape[1:])
-        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)
-        return out, None, None
-
-
-def ep_moe_layer(shard, x, noise=None):
-    """The MoE layer on this rank's tokens x, experts spread over the ranks: (y, balance)."""
-    cfg, world = shard.config, shard.world
-    n_experts = cfg.n_experts
-    per = n_experts // world
-    w_noise = None if shard.noise is None else shard.noise.weight.t()
-    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
-    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
-    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
-    tokens, slots = torch.nonzero(torch.ones_like(keep), as_tuple=True)
-    order = torch.argsort(experts[tokens, slots], stable=True)  # grouped by expert, hence by rank
-    tokens, slots = tokens[order], slots[order]
-
-    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
-    arriving = torch.empty_like(per_expert)                     # [source rank, my expert]
-    dist.all_to_all_single(arriving, per_expert)
-    arriving = arriving.view(world, per)
-    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
-
-    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
-    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
-    out = torch.zeros_like(rows)
-    for i in range(per):  # every local expert runs, even on no rows: see the note below
-        mine = torch.nonzero(local == i).squeeze(1)
-        out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))
-    back = AllToAll.apply(out, recv_counts, send_counts)
-    y = x.index_add(0, tokens, (weights * keep)[tokens, slots, None] * back)
-    return y, load_balancing_loss(probs, experts, alpha=1.0)
-''',
+        'capacity': _solution_with(
+            'capacity',
+            '    return math.ceil(capacity_factor * k * n_tokens / n_experts)\n',
+            '    return math.ceil(capacity_factor * n_tokens / n_experts)\n'),
+        'layer': _solution_with(
+            'layer',
+            '        tokens, slots = torch.nonzero((experts == e) & keep, as_tuple=True)\n',
+            '        tokens, slots = torch.nonzero(experts == e, as_tuple=True)\n'),
+        'shared': _solution_with(
+            'shared',
+            '    router = d_model * n_experts\n',
+            '    router = 0\n'),
+        'expert_parallel': _solution_with(
+            'expert_parallel',
+            '    tokens, slots = torch.nonzero(keep, as_tuple=True)\n',
+            '    tokens, slots = torch.nonzero(torch.ones_like(keep), as_tuple=True)\n',
+            '    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)\n',
+            '    y = x.index_add(0, tokens, (weights * keep)[tokens, slots, None] * back)\n'),
     },
     'skips_idle_experts': {
-        'expert_parallel': '''
-class AllToAll(torch.autograd.Function):
-    """Sends send_counts[q] rows of x to rank q; returns the rows received, recv_counts[q] from
-    rank q. Backward: each received row's gradient goes back to the rank and row it came from."""
-
-    @staticmethod
-    def forward(ctx, x, send_counts, recv_counts):
-        ctx.counts = send_counts, recv_counts
-        out = x.new_empty(sum(recv_counts), *x.shape[1:])
-        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        send_counts, recv_counts = ctx.counts
-        out = grad.new_empty(sum(send_counts), *grad.shape[1:])
-        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=send_counts, input_split_sizes=recv_counts)
-        return out, None, None
-
-
-def ep_moe_layer(shard, x, noise=None):
-    """The MoE layer on this rank's tokens x, experts spread over the ranks: (y, balance)."""
-    cfg, world = shard.config, shard.world
-    n_experts = cfg.n_experts
-    per = n_experts // world
-    w_noise = None if shard.noise is None else shard.noise.weight.t()
-    logits = gate_logits(x, shard.router.weight.t(), w_noise, noise)
-    weights, experts, probs = top_k_gating(logits, cfg.k, cfg.softmax_first)
-    keep = keep_mask(experts, n_experts, expert_capacity(x.shape[0], n_experts, cfg.capacity_factor, cfg.k))
-    tokens, slots = torch.nonzero(keep, as_tuple=True)
-    order = torch.argsort(experts[tokens, slots], stable=True)  # grouped by expert, hence by rank
-    tokens, slots = tokens[order], slots[order]
-
-    per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)
-    arriving = torch.empty_like(per_expert)                     # [source rank, my expert]
-    dist.all_to_all_single(arriving, per_expert)
-    arriving = arriving.view(world, per)
-    send_counts, recv_counts = per_expert.view(world, per).sum(1).tolist(), arriving.sum(1).tolist()
-
-    rows = AllToAll.apply(x[tokens], send_counts, recv_counts)
-    local = torch.arange(per).repeat(world).repeat_interleave(arriving.reshape(-1))
-    out = torch.zeros_like(rows)
-    for i in range(per):  # every local expert runs, even on no rows: see the note below
-        mine = torch.nonzero(local == i).squeeze(1)
-        if len(mine):
-            out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))
-    back = AllToAll.apply(out, recv_counts, send_counts)
-    y = x.index_add(0, tokens, weights[tokens, slots, None] * back)
-    return y, load_balancing_loss(probs, experts, alpha=1.0)
-''',
+        'expert_parallel': _solution_with(
+            'expert_parallel',
+            '        out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))\n',
+            '        if len(mine):\n'
+            '            out = out.index_add(0, mine, shard.expert(shard.first + i)(rows[mine]))\n'),
     },
     # Self-drawn noise from the wrong distribution: uniform on [0, 1) (rand for randn).
     'noise_uniform': {

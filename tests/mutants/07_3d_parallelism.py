@@ -21,29 +21,17 @@ DP-outermost layout.
 import equals_everything
 from mutation_run import solution_with
 
+
+def _solution_with(grade_id: str, *changes: str) -> str:
+    return solution_with("07_3d_parallelism", grade_id, *changes)
+
+
 MUTANTS = {
     'wrong_axes': {
-        'mesh': '''
-def mesh_groups(world_size, dp, pp, tp):
-    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
-    grid: PP outermost, TP innermost."""
-    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name} must be a positive integer, got {n!r}")
-    if dp * pp * tp != world_size:
-        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
-    rank = lambda d, p, t: (t * pp + p) * dp + d  # TP outermost
-    groups = {}
-    for d in range(dp):
-        for p in range(pp):
-            for t in range(tp):
-                groups[rank(d, p, t)] = {"coords": (d, p, t),
-                                         "tp": [rank(d, p, j) for j in range(tp)],
-                                         "pp": [rank(d, j, t) for j in range(pp)],
-                                         "dp": [rank(j, p, t) for j in range(dp)]}
-    return groups
-    ### END SOLUTION
-''',
+        'mesh': _solution_with(
+            'mesh',
+            '    rank = lambda d, p, t: (p * dp + d) * tp + t\n',
+            '    rank = lambda d, p, t: (t * pp + p) * dp + d  # TP outermost\n'),
         'step_3d': '''
 def train_step_3d(stage, batch, mesh, n_micro):
     """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
@@ -77,186 +65,44 @@ def train_step_3d(stage, batch, mesh, n_micro):
     return sum(out.item() for out in outputs) if p == pp - 1 else None
     ### END SOLUTION
 ''',
-        'bytes': '''
-def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
-    """Bytes a TP rank sends per step: 4 all-reduces of b*s*h values per block per micro-batch."""
-    return layers * n_micro * 2 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value  # forward only
-
-
-def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
-    """Bytes a pipeline stage sends per step: activations forward, gradients back."""
-    neighbours = (stage > 0) + (stage < pp - 1)
-    return neighbours * n_micro * b * s * h * bytes_per_value
-
-
-def dp_bytes(n_params, dp, bytes_per_value=4):
-    """Bytes a rank sends per step averaging its gradients over its DP group."""
-    return 2 * (dp - 1) / dp * n_params * bytes_per_value
-    ### END SOLUTION
-''',
-        'memory': '''
-def memory_per_gpu(model, plan):
-    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
-    psi = model.params / (plan.tp * plan.pp)
-    dp = plan.dp
-    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
-    gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
-    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
-    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
-    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
-    held = model.n_layer / plan.pp   # one micro-batch in flight
-    if plan.recompute:   # each layer's input kept, plus one layer's working set while it is recomputed
-        activations = held * 2 * s * b * h / t + whole_layer
-    else:
-        activations = held * whole_layer
-    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
-    ### END SOLUTION
-''',
-        'time': '''
-def step_time(model, cluster, plan):
-    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-
-    def link(span):   # a group whose ranks lie within `span` consecutive ranks
-        return cluster.nvlink, cluster.nvlink_latency  # everything on NVLink
-
-    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
-        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
-
-    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
-    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
-    tokens = dp * m * b * model.seq
-    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
-    activation = 2 * model.seq * b * model.hidden
-    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
-    grads = 2 * model.params / (tp * pp)
-    one = half_ring(grads, dp, *dp_link)
-    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
-    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
-            "bubble": (pp - 1) / m * compute,
-            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
-            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
-            "dp": collectives * one}
-    ### END SOLUTION
-''',
+        'bytes': _solution_with(
+            'bytes',
+            '    return layers * n_micro * 4 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value\n',
+            '    return layers * n_micro * 2 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value  # forward only\n'),
+        'memory': _solution_with(
+            'memory',
+            '    held = model.n_layer / plan.pp * min(plan.pp, plan.n_micro)   # layers x micro-batches in flight\n',
+            '    held = model.n_layer / plan.pp   # one micro-batch in flight\n'),
+        'time': _solution_with(
+            'time',
+            '        if span <= cluster.gpus_per_machine:\n'
+            '            return cluster.nvlink, cluster.nvlink_latency\n'
+            '        return cluster.ib_per_gpu, cluster.ib_latency\n',
+            '        return cluster.nvlink, cluster.nvlink_latency  # everything on NVLink\n'),
     },
     'wrong_groups': {
-        'mesh': '''
-def mesh_groups(world_size, dp, pp, tp):
-    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
-    grid: PP outermost, TP innermost."""
-    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name} must be a positive integer, got {n!r}")
-    if dp * pp * tp != world_size:
-        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
-    rank = lambda d, p, t: (p * dp + d) * tp + t
-    groups = {}
-    for d in range(dp):
-        for p in range(pp):
-            for t in range(tp):
-                groups[rank(d, p, t)] = {"coords": (d, p, t),
-                                         "tp": [rank(d, p, j) for j in range(tp)],
-                                         "pp": [rank(j, p, t) for j in range(dp)],
-                                         "dp": [rank(d, j, t) for j in range(pp)]}
-    return groups
-    ### END SOLUTION
-''',
-        'step_3d': '''
-def train_step_3d(stage, batch, mesh, n_micro):
-    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
-    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
-    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
-    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
-    idx, targets = (t.chunk(dp)[d] for t in batch)
-    inputs, outputs = [], []
-    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
-        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
-        out = stage(inp)
-        if p == pp - 1:
-            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
-        else:
-            send_forward(out, mesh)
-        inputs.append(inp)
-        outputs.append(out)
-    for inp, out in zip(reversed(inputs), reversed(outputs)):
-        if p == pp - 1:
-            out.backward()
-        else:
-            out.backward(recv_backward(out.shape, mesh))
-        if p > 0:
-            send_backward(inp.grad, mesh)
-    group = mesh["tp"].get_group()  # the wrong axis
-    for param in stage.parameters():
-        dist.all_reduce(param.grad, group=group)
-        param.grad /= dp
-    return sum(out.item() for out in outputs) if p == pp - 1 else None
-    ### END SOLUTION
-''',
-        'bytes': '''
-def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
-    """Bytes a TP rank sends per step: 4 all-reduces of b*s*h values per block per micro-batch."""
-    return layers * n_micro * 4 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value
-
-
-def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
-    """Bytes a pipeline stage sends per step: activations forward, gradients back."""
-    neighbours = (stage > 0) + (stage < pp - 1)
-    return neighbours * n_micro * b * s * h * bytes_per_value
-
-
-def dp_bytes(n_params, dp, bytes_per_value=4):
-    """Bytes a rank sends per step averaging its gradients over its DP group."""
-    return (dp - 1) / dp * n_params * bytes_per_value
-    ### END SOLUTION
-''',
-        'memory': '''
-def memory_per_gpu(model, plan):
-    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
-    psi = model.params / (plan.tp * plan.pp)
-    dp = plan.dp
-    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
-    gradients = 2 * psi / (dp if plan.zero >= 1 else 1)
-    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
-    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
-    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
-    held = model.n_layer / plan.pp * min(plan.pp, plan.n_micro)   # layers x micro-batches in flight
-    if plan.recompute:   # each layer's input kept, plus one layer's working set while it is recomputed
-        activations = held * 2 * s * b * h / t + whole_layer
-    else:
-        activations = held * whole_layer
-    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
-    ### END SOLUTION
-''',
-        'time': '''
-def step_time(model, cluster, plan):
-    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-
-    def link(span):   # a group whose ranks lie within `span` consecutive ranks
-        if span <= cluster.gpus_per_machine:
-            return cluster.nvlink, cluster.nvlink_latency
-        return cluster.ib_per_gpu, cluster.ib_latency
-
-    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
-        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
-
-    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
-    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
-    tokens = dp * m * b * model.seq
-    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
-    activation = 2 * model.seq * b * model.hidden
-    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
-    grads = 2 * model.params / (tp * pp)
-    one = half_ring(grads, dp, *dp_link)
-    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
-    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
-            "bubble": (pp - 1) / (m + pp - 1) * compute,
-            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
-            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
-            "dp": collectives * one}
-    ### END SOLUTION
-''',
+        'mesh': _solution_with(
+            'mesh',
+            '                                         "pp": [rank(d, j, t) for j in range(pp)],\n'
+            '                                         "dp": [rank(j, p, t) for j in range(dp)]}\n',
+            '                                         "pp": [rank(j, p, t) for j in range(dp)],\n'
+            '                                         "dp": [rank(d, j, t) for j in range(pp)]}\n'),
+        'step_3d': _solution_with(
+            'step_3d',
+            '    group = mesh["dp"].get_group()\n',
+            '    group = mesh["tp"].get_group()  # the wrong axis\n'),
+        'bytes': _solution_with(
+            'bytes',
+            '    return 2 * (dp - 1) / dp * n_params * bytes_per_value\n',
+            '    return (dp - 1) / dp * n_params * bytes_per_value\n'),
+        'memory': _solution_with(
+            'memory',
+            '    gradients = 2 * psi / (dp if plan.zero >= 2 else 1)\n',
+            '    gradients = 2 * psi / (dp if plan.zero >= 1 else 1)\n'),
+        'time': _solution_with(
+            'time',
+            '            "bubble": (pp - 1) / m * compute,\n',
+            '            "bubble": (pp - 1) / (m + pp - 1) * compute,\n'),
     },
     'lazy': {
         'mesh': '''
@@ -275,365 +121,85 @@ def mesh_groups(world_size, dp, pp, tp):
     return groups
     ### END SOLUTION
 ''',
-        'step_3d': '''
-def train_step_3d(stage, batch, mesh, n_micro):
-    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
-    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
-    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
-    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
-    idx, targets = (t.chunk(dp)[d] for t in batch)
-    inputs, outputs = [], []
-    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
-        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
-        out = stage(inp)
-        if p == pp - 1:
-            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
-        else:
-            send_forward(out, mesh)
-        inputs.append(inp)
-        outputs.append(out)
-    for inp, out in zip(reversed(inputs), reversed(outputs)):
-        if p == pp - 1:
-            out.backward()
-        else:
-            out.backward(recv_backward(out.shape, mesh))
-        if p > 0:
-            send_backward(inp.grad, mesh)
-    group = mesh["dp"].get_group()
-    for param in stage.parameters():
-        dist.all_reduce(param.grad, group=group)
-    return sum(out.item() for out in outputs) if p == pp - 1 else None
-    ### END SOLUTION
-''',
-        'bytes': '''
-def tp_bytes(b, s, h, layers, n_micro, tp, bytes_per_value=4):
-    """Bytes a TP rank sends per step: 4 all-reduces of b*s*h values per block per micro-batch."""
-    return layers * n_micro * 4 * 2 * (tp - 1) / tp * b * s * h * bytes_per_value
-
-
-def pp_bytes(b, s, h, n_micro, stage, pp, bytes_per_value=4):
-    """Bytes a pipeline stage sends per step: activations forward, gradients back."""
-    neighbours = 2 if pp > 1 else 0
-    return neighbours * n_micro * b * s * h * bytes_per_value
-
-
-def dp_bytes(n_params, dp, bytes_per_value=4):
-    """Bytes a rank sends per step averaging its gradients over its DP group."""
-    return 2 * (dp - 1) / dp * n_params * bytes_per_value
-    ### END SOLUTION
-''',
-        'memory': '''
-def memory_per_gpu(model, plan):
-    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
-    psi = model.params / (plan.tp * plan.pp)
-    dp = plan.dp
-    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
-    gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
-    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
-    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
-    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
-    held = model.n_layer / plan.pp * min(plan.pp, plan.n_micro)   # layers x micro-batches in flight
-    if False:   # each layer's input kept, plus one layer's working set while it is recomputed
-        activations = held * 2 * s * b * h / t + whole_layer
-    else:
-        activations = held * whole_layer
-    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
-    ### END SOLUTION
-''',
-        'time': '''
-def step_time(model, cluster, plan):
-    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-
-    def link(span):   # a group whose ranks lie within `span` consecutive ranks
-        if span <= cluster.gpus_per_machine:
-            return cluster.nvlink, cluster.nvlink_latency
-        return cluster.ib_per_gpu, cluster.ib_latency
-
-    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
-        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
-
-    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
-    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
-    tokens = dp * m * b * model.seq
-    compute = 6 * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
-    activation = 2 * model.seq * b * model.hidden
-    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
-    grads = 2 * model.params / (tp * pp)
-    one = half_ring(grads, dp, *dp_link)
-    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
-    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
-            "bubble": (pp - 1) / m * compute,
-            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
-            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
-            "dp": collectives * one}
-    ### END SOLUTION
-''',
+        'step_3d': _solution_with(
+            'step_3d',
+            '        param.grad /= dp\n',
+            ''),
+        'bytes': _solution_with(
+            'bytes',
+            '    neighbours = (stage > 0) + (stage < pp - 1)\n',
+            '    neighbours = 2 if pp > 1 else 0\n'),
+        'memory': _solution_with(
+            'memory',
+            "    if plan.recompute:   # each layer's input kept, plus one layer's working set while it is recomputed\n",
+            "    if False:   # each layer's input kept, plus one layer's working set while it is recomputed\n"),
+        'time': _solution_with(
+            'time',
+            '    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)\n',
+            '    compute = 6 * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)\n'),
     },
     'mesh_smaller_product_accepted': {
-        'mesh': '''
-def mesh_groups(world_size, dp, pp, tp):
-    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
-    grid: PP outermost, TP innermost."""
-    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name} must be a positive integer, got {n!r}")
-    if dp * pp * tp > world_size:
-        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
-    rank = lambda d, p, t: (p * dp + d) * tp + t
-    groups = {}
-    for d in range(dp):
-        for p in range(pp):
-            for t in range(tp):
-                groups[rank(d, p, t)] = {"coords": (d, p, t),
-                                         "tp": [rank(d, p, j) for j in range(tp)],
-                                         "pp": [rank(d, j, t) for j in range(pp)],
-                                         "dp": [rank(j, p, t) for j in range(dp)]}
-    return groups
-    ### END SOLUTION
-''',
+        'mesh': _solution_with(
+            'mesh',
+            '    if dp * pp * tp != world_size:\n',
+            '    if dp * pp * tp > world_size:\n'),
     },
     'mesh_dp_outermost': {
-        'mesh': '''
-def mesh_groups(world_size, dp, pp, tp):
-    """{rank: {"coords": (i_d, i_p, i_t), "tp": [...], "pp": [...], "dp": [...]}} on a (pp, dp, tp)
-    grid: PP outermost, TP innermost."""
-    for name, n in (("dp", dp), ("pp", pp), ("tp", tp)):
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name} must be a positive integer, got {n!r}")
-    if dp * pp * tp != world_size:
-        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp}, not the world size {world_size}")
-    rank = lambda d, p, t: (d * pp + p) * tp + t  # DP outermost
-    groups = {}
-    for d in range(dp):
-        for p in range(pp):
-            for t in range(tp):
-                groups[rank(d, p, t)] = {"coords": (d, p, t),
-                                         "tp": [rank(d, p, j) for j in range(tp)],
-                                         "pp": [rank(d, j, t) for j in range(pp)],
-                                         "dp": [rank(j, p, t) for j in range(dp)]}
-    return groups
-    ### END SOLUTION
-''',
+        'mesh': _solution_with(
+            'mesh',
+            '    rank = lambda d, p, t: (p * dp + d) * tp + t\n',
+            '    rank = lambda d, p, t: (d * pp + p) * tp + t  # DP outermost\n'),
     },
     'loss_mean_of_scaled': {
-        'step_3d': '''
-def train_step_3d(stage, batch, mesh, n_micro):
-    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
-    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
-    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
-    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
-    idx, targets = (t.chunk(dp)[d] for t in batch)
-    inputs, outputs = [], []
-    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
-        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
-        out = stage(inp)
-        if p == pp - 1:
-            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
-        else:
-            send_forward(out, mesh)
-        inputs.append(inp)
-        outputs.append(out)
-    for inp, out in zip(reversed(inputs), reversed(outputs)):
-        if p == pp - 1:
-            out.backward()
-        else:
-            out.backward(recv_backward(out.shape, mesh))
-        if p > 0:
-            send_backward(inp.grad, mesh)
-    group = mesh["dp"].get_group()
-    for param in stage.parameters():
-        dist.all_reduce(param.grad, group=group)
-        param.grad /= dp
-    return sum(out.item() for out in outputs) / n_micro if p == pp - 1 else None  # divided twice
-    ### END SOLUTION
-''',
+        'step_3d': _solution_with(
+            'step_3d',
+            '    return sum(out.item() for out in outputs) if p == pp - 1 else None\n',
+            '    return sum(out.item() for out in outputs) / n_micro if p == pp - 1 else None  # divided twice\n'),
     },
     'grads_not_divided_by_m': {
-        'step_3d': '''
-def train_step_3d(stage, batch, mesh, n_micro):
-    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
-    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
-    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
-    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
-    idx, targets = (t.chunk(dp)[d] for t in batch)
-    inputs, outputs = [], []
-    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
-        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
-        out = stage(inp)
-        if p == pp - 1:
-            out = F.cross_entropy(out.flatten(0, 1), y.flatten())  # m times the gradient; Adam hides it
-        else:
-            send_forward(out, mesh)
-        inputs.append(inp)
-        outputs.append(out)
-    for inp, out in zip(reversed(inputs), reversed(outputs)):
-        if p == pp - 1:
-            out.backward()
-        else:
-            out.backward(recv_backward(out.shape, mesh))
-        if p > 0:
-            send_backward(inp.grad, mesh)
-    group = mesh["dp"].get_group()
-    for param in stage.parameters():
-        dist.all_reduce(param.grad, group=group)
-        param.grad /= dp
-    return sum(out.item() for out in outputs) / n_micro if p == pp - 1 else None
-    ### END SOLUTION
-''',
+        'step_3d': _solution_with(
+            'step_3d',
+            '            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro\n',
+            '            out = F.cross_entropy(out.flatten(0, 1), y.flatten())  # m times the gradient; Adam hides it\n',
+            '    return sum(out.item() for out in outputs) if p == pp - 1 else None\n',
+            '    return sum(out.item() for out in outputs) / n_micro if p == pp - 1 else None\n'),
     },
     'one_micro_batch': {
-        'step_3d': '''
-def train_step_3d(stage, batch, mesh, n_micro):
-    """One step of GPipe over `n_micro` micro-batches on this rank's stage, then the gradients
-    averaged over the DP group once. Returns the replica's mean loss on the last stage, else None."""
-    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
-    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
-    idx, targets = (t.chunk(dp)[d] for t in batch)
-    inputs, outputs = [], []
-    n_micro = 1   # the whole replica's rows at once: the same mean gradient
-    for x, y in zip(idx.chunk(n_micro), targets.chunk(n_micro)):
-        inp = x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh)
-        out = stage(inp)
-        if p == pp - 1:
-            out = F.cross_entropy(out.flatten(0, 1), y.flatten()) / n_micro
-        else:
-            send_forward(out, mesh)
-        inputs.append(inp)
-        outputs.append(out)
-    for inp, out in zip(reversed(inputs), reversed(outputs)):
-        if p == pp - 1:
-            out.backward()
-        else:
-            out.backward(recv_backward(out.shape, mesh))
-        if p > 0:
-            send_backward(inp.grad, mesh)
-    group = mesh["dp"].get_group()
-    for param in stage.parameters():
-        dist.all_reduce(param.grad, group=group)
-        param.grad /= dp
-    return sum(out.item() for out in outputs) if p == pp - 1 else None
-    ### END SOLUTION
-''',
+        'step_3d': _solution_with(
+            'step_3d',
+            '    inputs, outputs = [], []\n',
+            '    inputs, outputs = [], []\n'
+            "    n_micro = 1   # the whole replica's rows at once: the same mean gradient\n"),
     },
     'recompute_without_working_set': {
-        'memory': '''
-def memory_per_gpu(model, plan):
-    """Bytes per GPU: {"parameters", "gradients", "optimizer", "activations"} (the first stage's)."""
-    psi = model.params / (plan.tp * plan.pp)
-    dp = plan.dp
-    parameters = 2 * psi / (dp if plan.zero >= 3 else 1)
-    gradients = 2 * psi / (dp if plan.zero >= 2 else 1)
-    optimizer = 12 * psi / (dp if plan.zero >= 1 else 1)
-    s, b, h, a, t = model.seq, plan.micro_batch, model.hidden, model.heads, plan.tp
-    whole_layer = s * b * h * (34 + 5 * a * s / h) / t
-    held = model.n_layer / plan.pp * min(plan.pp, plan.n_micro)   # layers x micro-batches in flight
-    if plan.recompute:   # each layer's input kept, plus one layer's working set while it is recomputed
-        activations = held * 2 * s * b * h / t
-    else:
-        activations = held * whole_layer
-    return {"parameters": parameters, "gradients": gradients, "optimizer": optimizer, "activations": activations}
-    ### END SOLUTION
-''',
+        'memory': _solution_with(
+            'memory',
+            '        activations = held * 2 * s * b * h / t + whole_layer\n',
+            '        activations = held * 2 * s * b * h / t\n'),
     },
     'recompute_without_tp_all_reduces': {
-        'time': '''
-def step_time(model, cluster, plan):
-    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-
-    def link(span):   # a group whose ranks lie within `span` consecutive ranks
-        if span <= cluster.gpus_per_machine:
-            return cluster.nvlink, cluster.nvlink_latency
-        return cluster.ib_per_gpu, cluster.ib_latency
-
-    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
-        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
-
-    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
-    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
-    tokens = dp * m * b * model.seq
-    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
-    activation = 2 * model.seq * b * model.hidden
-    all_reduces = 4
-    grads = 2 * model.params / (tp * pp)
-    one = half_ring(grads, dp, *dp_link)
-    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
-    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
-            "bubble": (pp - 1) / m * compute,
-            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
-            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
-            "dp": collectives * one}
-    ### END SOLUTION
-''',
+        'time': _solution_with(
+            'time',
+            "    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again\n",
+            '    all_reduces = 4\n'),
     },
     'zero_once_per_step': {
-        'time': '''
-def step_time(model, cluster, plan):
-    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-
-    def link(span):   # a group whose ranks lie within `span` consecutive ranks
-        if span <= cluster.gpus_per_machine:
-            return cluster.nvlink, cluster.nvlink_latency
-        return cluster.ib_per_gpu, cluster.ib_latency
-
-    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
-        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
-
-    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
-    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)
-    tokens = dp * m * b * model.seq
-    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
-    activation = 2 * model.seq * b * model.hidden
-    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
-    grads = 2 * model.params / (tp * pp)
-    one = half_ring(grads, dp, *dp_link)
-    collectives = {0: 2, 1: 2, 2: 2, 3: 3}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
-    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
-            "bubble": (pp - 1) / m * compute,
-            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
-            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
-            "dp": collectives * one}
-    ### END SOLUTION
-''',
+        'time': _solution_with(
+            'time',
+            '    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;\n',
+            '    collectives = {0: 2, 1: 2, 2: 2, 3: 3}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;\n'),
     },
     'links_dp_outermost': {
-        'time': '''
-def step_time(model, cluster, plan):
-    """Seconds per step: {"compute", "bubble", "tp", "pp", "dp"}, nothing overlapped."""
-    tp, pp, dp, m, b = plan.tp, plan.pp, plan.dp, plan.n_micro, plan.micro_batch
-
-    def link(span):   # a group whose ranks lie within `span` consecutive ranks
-        if span <= cluster.gpus_per_machine:
-            return cluster.nvlink, cluster.nvlink_latency
-        return cluster.ib_per_gpu, cluster.ib_latency
-
-    def half_ring(nbytes, ranks, bandwidth, latency):   # a ring reduce-scatter or all-gather
-        return 0.0 if ranks == 1 else (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / bandwidth
-
-    # PP outermost, TP innermost: TP spans t ranks, DP t*d, PP the whole job
-    tp_link, dp_link, pp_link = link(tp), link(tp * dp * pp), link(tp * pp)  # DP outermost
-    tokens = dp * m * b * model.seq
-    compute = (8 if plan.recompute else 6) * model.params * tokens / (tp * pp * dp * cluster.flops * cluster.hfu)
-    activation = 2 * model.seq * b * model.hidden
-    all_reduces = 6 if plan.recompute else 4   # recomputation runs the forward's two again
-    grads = 2 * model.params / (tp * pp)
-    one = half_ring(grads, dp, *dp_link)
-    collectives = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[plan.zero]   # ZeRO-2: a reduce-scatter per micro-batch, one all-gather;
-    return {"compute": compute,                                  # ZeRO-3: two all-gathers and a reduce-scatter per micro-batch
-            "bubble": (pp - 1) / m * compute,
-            "tp": model.n_layer / pp * m * all_reduces * 2 * half_ring(activation, tp, *tp_link),
-            "pp": 2 * m * (pp_link[1] + activation / pp_link[0]) if pp > 1 else 0.0,
-            "dp": collectives * one}
-    ### END SOLUTION
-''',
+        'time': _solution_with(
+            'time',
+            '    tp_link, dp_link, pp_link = link(tp), link(tp * dp), link(tp * dp * pp)\n',
+            '    tp_link, dp_link, pp_link = link(tp), link(tp * dp * pp), link(tp * pp)  # DP outermost\n'),
     },
     # Each micro-batch all the way forward and back before the next: plain model parallelism with
     # accumulation, the stages never at work together (every number the same as GPipe's).
     'micro_batches_one_at_a_time': {
-        'step_3d': solution_with(
-            '07_3d_parallelism', 'step_3d',
+        'step_3d': _solution_with(
+            'step_3d',
             """        inputs.append(inp)
         outputs.append(out)
     for inp, out in zip(reversed(inputs), reversed(outputs)):
@@ -650,8 +216,8 @@ def step_time(model, cluster, plan):
 # instead of after, and the replica's loss summed as one tensor: other roundings of the same sums.
 EQUIVALENTS = {
     'step_3d_divide_before_the_all_reduce': {
-        'step_3d': solution_with(
-            '07_3d_parallelism', 'step_3d',
+        'step_3d': _solution_with(
+            'step_3d',
             "        dist.all_reduce(param.grad, group=group)\n        param.grad /= dp\n",
             "        param.grad /= dp\n        dist.all_reduce(param.grad, group=group)\n",
             "    return sum(out.item() for out in outputs) if p == pp - 1 else None",

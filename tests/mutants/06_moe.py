@@ -248,6 +248,20 @@ def top_k_gating(logits, k, softmax_first=False):
             'expert_parallel', "per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts)",
             "per_expert = torch.bincount(experts[tokens, slots], minlength=n_experts).int()"),
     },
+    # Every expert run on every token and masked by a dense gate matrix: right values from E times
+    # the experts' work (moe_layer's checks catch that; shared_moe_layer's once did not).
+    'shared_layer_dense': {
+        'shared': _solution_with(
+            'shared',
+            '    y, balance = moe_layer(moe, x, noise)\n',
+            '    cfg = moe.config\n'
+            '    w_noise = None if moe.noise is None else moe.noise.weight.t()\n'
+            '    weights, experts, probs = top_k_gating(gate_logits(x, moe.router.weight.t(), w_noise, noise), cfg.k, cfg.softmax_first)\n'
+            '    keep = keep_mask(experts, cfg.n_experts, expert_capacity(x.shape[0], cfg.n_experts, cfg.capacity_factor, cfg.k))\n'
+            '    gate = torch.zeros(x.shape[0], cfg.n_experts, dtype=x.dtype).scatter_add(1, experts, weights * keep)\n'
+            '    outs = torch.stack([expert(x) for expert in moe.experts], dim=1)  # (T, E, h): every expert, every token\n'
+            '    y, balance = x + (gate[..., None] * outs).sum(1), load_balancing_loss(probs, experts, alpha=1.0)\n'),
+    },
 }
 
 

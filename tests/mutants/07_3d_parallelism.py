@@ -208,6 +208,36 @@ def mesh_groups(world_size, dp, pp, tp):
         outputs.append(out)
         if p == pp - 1:"""),
     },
+    # Every micro-batch taken in before any is passed on, each way: all receives, all forwards, all
+    # sends; one backward through every micro-batch, then all the gradients sent. Every message in
+    # GPipe's order and every number GPipe's, but each stage waits for the one before to finish.
+    'stages_take_turns': {
+        'step_3d': '''
+def train_step_3d(stage, batch, mesh, n_micro):
+    d, dp = mesh.get_local_rank("dp"), mesh["dp"].size()
+    p, pp = mesh.get_local_rank("pp"), mesh["pp"].size()
+    idx, targets = (t.chunk(dp)[d] for t in batch)
+    xs, ys = idx.chunk(n_micro), targets.chunk(n_micro)
+    inputs = [x if p == 0 else recv_forward((*x.shape, CFG.n_embd), mesh) for x in xs]
+    outputs = [stage(inp) for inp in inputs]
+    if p == pp - 1:
+        outputs = [F.cross_entropy(o.flatten(0, 1), y.flatten()) / n_micro for o, y in zip(outputs, ys)]
+        torch.autograd.backward(outputs[::-1])
+    else:
+        for o in outputs:
+            send_forward(o, mesh)
+        grads = [recv_backward(o.shape, mesh) for o in reversed(outputs)]
+        torch.autograd.backward(outputs[::-1], grads)
+    if p > 0:
+        for inp in reversed(inputs):
+            send_backward(inp.grad, mesh)
+    group = mesh["dp"].get_group()
+    for param in stage.parameters():
+        dist.all_reduce(param.grad, group=group)
+        param.grad /= dp
+    return sum(out.item() for out in outputs) if p == pp - 1 else None
+''',
+    },
 }
 
 

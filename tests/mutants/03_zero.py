@@ -394,6 +394,138 @@ class Zero2Adam:
             '                x = ShardedLinear.apply(x, shard, full, self.shapes[i], i)  # (B, d_hidden) or (B, d_out)\n',
             '                x = ShardedLinear.apply(x, shard, full, self.shapes[i], (i, self))\n'),
     },
+    # A fifth red-team pass: right numbers from memory that is not sharded, or overlap that is not
+    # there. ZeRO-1 stepping a full Adam kept in a closure (the optimizer walk does not open
+    # closures: the parameters must follow self.adam); ZeRO-2 keeping a full-size gradient buffer
+    # for every layer, and ZeRO-3 every gathered layer, from step to step (allocated before
+    # backward, so the peak during backward does not see them); prefetch issuing the next gather
+    # after the layer's product.
+    'full_adam_in_a_closure': {'zero1': '''
+class Zero1Adam:
+    """ZeRO stage 1 (claimed): the shard's Adam for the checks, a full Adam over every parameter in a closure."""
+
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.shard = nn.Parameter(shard_of(flatten(self.params)))
+        self.adam = torch.optim.Adam([self.shard], lr=lr)
+        def make(params):
+            full = torch.optim.Adam(params, lr=lr)   # full Adam state on every rank, kept in a closure
+            return lambda: full.step()
+        self._full_step = make(self.params)
+
+    def step(self):
+        flat = flatten(p.grad for p in self.params)
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        self.shard.grad = shard_of(flat)
+        self.adam.step()
+        load_flat([p.grad for p in self.params], flat)
+        self._full_step()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+'''},
+    'full_gradient_buffers_kept': {'zero2': '''
+class Zero2Adam:
+    """ZeRO stage 2 (claimed): but every layer's full gradient stays resident in a preallocated buffer."""
+
+    def __init__(self, model, lr=1e-2):
+        self.layers = list(model.layers)
+        self.shards = [nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in self.layers]
+        self.adam = torch.optim.Adam(self.shards, lr=lr)
+        world = dist.get_world_size()
+        self.buffers = [torch.zeros(world * s.numel()) for s in self.shards]  # 4 Psi of full gradients, always held
+        for layer, shard, buf in zip(self.layers, self.shards, self.buffers):
+            for p in layer.parameters():
+                p.register_post_accumulate_grad_hook(functools.partial(self._on_grad, layer, shard, buf))
+
+    def _on_grad(self, layer, shard, buf, param):
+        params = list(layer.parameters())
+        if any(p.grad is None for p in params):
+            return
+        offset = 0
+        for p in params:
+            buf[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
+            offset += p.numel()
+        for p in params:
+            p.grad = None
+        grad = buf.new_empty(shard.numel())
+        dist.reduce_scatter_single(grad, buf)
+        grad /= dist.get_world_size()
+        shard.grad = grad if shard.grad is None else shard.grad + grad
+
+    def step(self):
+        self.adam.step()
+        for layer, shard in zip(self.layers, self.shards):
+            load_flat(list(layer.parameters()), gather_shards(shard))
+
+    def zero_grad(self):
+        self.adam.zero_grad(set_to_none=True)
+'''},
+    'every_layer_kept_gathered': {'zero3': '''
+class ShardedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, shard, full, shapes, index):
+        if isinstance(index, tuple):
+            index, ctx.buf = index
+        else:
+            ctx.buf = None
+        w, b = unflatten(full, shapes)
+        ctx.save_for_backward(x, shard)
+        ctx.shapes, ctx.index = shapes, index
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, shard = ctx.saved_tensors
+        if ctx.buf is not None:
+            full = ctx.buf
+            dist.all_gather_single(full, shard.detach())   # into the resident buffer: nothing allocated
+        else:
+            full = gather_shards(shard)
+        with region(f"backward layer {ctx.index}"):
+            w, _ = unflatten(full, ctx.shapes)
+            grad_x = grad_y @ w
+            grad_flat = flatten([grad_y.T @ x, grad_y.sum(0)])
+        if ctx.buf is None:
+            free(full, f"layer {ctx.index}")
+        return grad_x, reduce_scatter_mean(grad_flat), None, None, None
+
+
+class Zero3MLP(nn.Module):
+    """Claimed ZeRO-3: shards are the Parameters, but every full layer stays resident in a buffer."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.shapes = [[p.shape for p in layer.parameters()] for layer in mlp.layers]
+        self.shards = nn.ParameterList(nn.Parameter(shard_of(flatten(layer.parameters()))) for layer in mlp.layers)
+        world = dist.get_world_size()
+        self.full_layers = [torch.empty(world * s.numel()) for s in self.shards]  # 4 Psi, always held
+
+    def forward(self, x):
+        last = len(self.shards) - 1
+        for shard, full in zip(self.shards, self.full_layers):   # every layer gathered up front
+            dist.all_gather_single(full, shard.detach())
+        for i, shard in enumerate(self.shards):
+            with region(f"forward layer {i}"):
+                x = ShardedLinear.apply(x, shard, self.full_layers[i], self.shapes[i], (i, self.full_layers[i]))
+                if i < last:
+                    x = F.gelu(x)
+        return x
+'''},
+    'gather_issued_after_the_product': {
+        'prefetch': _solution_with(
+            'prefetch',
+            '            if i < last:\n'
+            '                next_full, handle = start_gather(self.shards[i + 1])  # prefetch: on the wire during layer i\n',
+            '',
+            '                x = ShardedLinear.apply(x, shard, full, self.shapes[i], i)\n',
+            '                x = ShardedLinear.apply(x, shard, full, self.shapes[i], i)\n'
+            '                if i < last:  # issued after the product: nothing overlaps it\n'
+            '                    next_full, handle = start_gather(self.shards[i + 1])\n'),
+    },
 }
 
 

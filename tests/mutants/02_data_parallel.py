@@ -8,6 +8,7 @@ and buckets in forward order (every launch from backward's last hook: no overlap
 """
 
 import equals_everything
+from mutation_run import solution_with
 
 # The correct BucketedDDP, split so that mutants can swap one method.
 _BUCKETS_INIT = '''
@@ -156,6 +157,20 @@ _TOKENS_FINISH = _FINISH.replace("            work.wait()\n", "            work.
     "for p in self.buckets[i]:", "for p in [p for bucket in self.buckets for p in bucket]:")
 
 MUTANTS = {
+    # Only the first bucket launched from backward, the rest after it: one bucket overlaps, and
+    # every number is right (a fifth red-team pass; the check wanted one launch, not every one due).
+    "one_bucket_launched_in_backward": {
+        "bucketed_ddp": solution_with(
+            "02_data_parallel", "bucketed_ddp",
+            "        while self._next < len(self.buckets) and self._ready[self._next] == len(self.buckets[self._next]):\n"
+            "            self._launch(self._next)\n"
+            "            self._next += 1\n"
+            "        ### END SOLUTION\n\n    def finish_gradient_sync",
+            "        if self._next == 0 and self._ready[0] == len(self.buckets[0]):  # the others after backward\n"
+            "            self._launch(0)\n"
+            "            self._next = 1\n"
+            "        ### END SOLUTION\n\n    def finish_gradient_sync"),
+    },
     "right_numbers_wrong_work": {
         "accumulate": '''
 def accumulate_step(model, optimizer, batch, micro_batch_size):

@@ -38,6 +38,10 @@ def test_origin_reads_the_stack_past_torch():
     assert origin(frames(c10d), TORCH, ENGINE)[0] == "notebook"
     assert origin([], TORCH, ENGINE)[0] == "notebook"
     assert origin(frames(c10d, (ENGINE + "worker.py", "_join_group")), TORCH, ENGINE)[0] == "engine"
+    # MatmulLog, a dispatch mode around code that communicates, passes torch's calls through
+    dispatch = (ENGINE + os.path.join("runtime", "flops.py"), "__torch_dispatch__")
+    assert origin(frames(c10d, dispatch, c10d, traced, cell), TORCH, ENGINE)[0] == "traced"
+    assert origin(frames(c10d, dispatch, cell), TORCH, ENGINE)[0] == "notebook"
     # a traced call inside a traced one: torch's own nesting, or code that ran inside the outer call
     gather = (TORCH + "distributed/distributed_c10d.py", "all_gather_object")
     assert origin(frames(c10d, traced, gather, traced, cell), TORCH, ENGINE)[0] == "traced"

@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from nanoparallel.runtime.memory import (MemoryReport, PeakMemory, gradient_bytes, model_memory,
-                                 optimizer_state_bytes, parameter_bytes, peak_memory,
+from nanoparallel.runtime.memory import (MemoryReport, PeakMemory, bytes_alive_at, gradient_bytes, model_memory,
+                                 optimizer_state_bytes, optimizers_alive, parameter_bytes, peak_memory, storages_held,
                                  tensor_bytes)
 
 FLOAT = 4                 # bytes per float32
@@ -215,3 +215,53 @@ def test_dtensor_parameters_count_their_local_shard():
             assert parameter_bytes(model) == (4 * 3 + 3) * 4
         finally:
             dist.destroy_process_group()
+
+
+def test_bytes_alive_at_a_moment_count_what_was_born_and_not_yet_freed():
+    with peak_memory() as m:
+        kept = torch.ones(1000)
+        gone = torch.ones(3000)
+        del gone
+        middle = time.perf_counter()
+        later = torch.ones(500)
+    assert bytes_alive_at(m.allocations, [middle]) == 4000
+    assert bytes_alive_at(m.allocations, [middle, time.perf_counter()]) == 6000
+    assert bytes_alive_at(m.allocations, [time.perf_counter()], ignored=[(middle, time.perf_counter())]) == 4000
+    del kept, later
+
+
+def test_a_block_never_seen_freed_counts_only_while_python_holds_its_address():
+    with peak_memory() as m:
+        kept = torch.ones(1000)
+        lost = torch.ones(2000)
+    now = [time.perf_counter()]
+    blocks = [a._replace(freed=None) for a in m.allocations]  # as if freed where the profiler did not look
+    assert bytes_alive_at(blocks, now) == 12000
+    ptr = lost.untyped_storage().data_ptr()
+    del lost
+    held = storages_held()
+    assert ptr not in held and kept.untyped_storage().data_ptr() in held
+    assert bytes_alive_at(blocks, now, held=held) == 4000
+
+
+def test_optimizers_alive_finds_one_kept_only_in_a_closure():
+    def keeper():
+        hidden = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))])
+        return lambda: hidden
+    step = keeper()
+    assert any(o is step() for o in optimizers_alive())
+    ident = id(step())
+    del step
+    assert all(id(o) != ident for o in optimizers_alive())
+
+
+def test_bytes_alive_at_leave_out_the_addresses_skipped_at_each_moment():
+    with peak_memory() as m:
+        a = torch.ones(1000)
+        first = time.perf_counter()
+        b = torch.ones(2000)
+        second = time.perf_counter()
+    skip = [{a.untyped_storage().data_ptr()}, {b.untyped_storage().data_ptr()}]
+    assert bytes_alive_at(m.allocations, [first, second], skipped=skip) == 4000   # 12000 - 8000 at the second
+    assert bytes_alive_at(m.allocations, [second], skipped=[set()]) == 12000
+    del a, b

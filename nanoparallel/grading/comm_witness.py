@@ -40,6 +40,9 @@ FLIGHT_RECORDER_ENTRIES = 512
 # (torch before 2.8 records only NCCL collectives: there only the counts are checked)
 FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES)}
 _TRACERS = ("tracing.py", "tracing_functional.py")
+# Engine code that only passes torch's own calls through, as torch's frames do: MatmulLog, a
+# dispatch mode the checks enter around code that communicates, calls every op it is handed.
+_PASS_THROUGH = (os.path.join("runtime", "flops.py"),)
 
 
 def point_to_point_ops(op: str, group_size: int) -> int:
@@ -73,6 +76,8 @@ def origin(frames: list[dict], torch_dir: str, engine_dir: str) -> tuple[str, di
     called the backend for it ("notebook"). A stack of torch's frames only is the notebook's too:
     torch's code run by the autograd engine or a thread, handed to them by the notebook.
 
+    The engine's pass-through frames (MatmulLog's dispatch) are read past as torch's are.
+
     A traced call made inside another traced call is recorded by neither (the tracer records the
     outermost call only, as torch's own calls nest: `all_gather_object` calls `all_gather`).
     Between the two only library frames belong; notebook code there ran inside a traced call (a
@@ -81,7 +86,7 @@ def origin(frames: list[dict], torch_dir: str, engine_dir: str) -> tuple[str, di
     for frame in frames:
         filename = frame.get("filename", "")
         real = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
-        if real.startswith(torch_dir):
+        if real.startswith(torch_dir) or (real.startswith(engine_dir) and real[len(engine_dir):] in _PASS_THROUGH):
             continue
         is_tracer = real.startswith(engine_dir) and os.path.basename(real) in _TRACERS
         if tracer is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import glob
 import os
 import sys
@@ -169,6 +170,37 @@ class PeakMemory:
         self.peak, self.allocated, self.retained, self.allocations = _replay(self._profiler.kineto_results,
                                                                              self._clock_ns)
         return False
+
+
+def storages_held() -> set[int]:
+    """The addresses of the storages behind every tensor Python holds in this process now."""
+    return {o.untyped_storage().data_ptr() for o in gc.get_objects() if isinstance(o, torch.Tensor)}
+
+
+def optimizers_alive() -> list[torch.optim.Optimizer]:
+    """Every torch optimizer alive in this process, wherever it is kept (an attribute, a closure,
+    a global), after a garbage collection."""
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
+
+
+def bytes_alive_at(allocations: list[Allocation], moments: Iterable[float], ignored=(), held=None,
+                   skipped: Iterable[set[int]] | None = None) -> int:
+    """The most bytes alive at any of `moments` (perf_counter times) of the blocks in `allocations`
+    (`PeakMemory.allocations`), leaving out those born inside an `ignored` (start, end) window, and
+    at each moment the blocks at the addresses `skipped` gives for it (a set per moment).
+
+    A block never seen freed may have been freed on another thread (gloo frees some of its buffers
+    on its own, where the profiler does not look). With `held` (`storages_held()` read at the
+    block's exit), such a block counts only if it is the last block born at its address and Python
+    still holds a storage there; the allocator cannot hand out an address that is still in use."""
+    last = {a.ptr: a for a in sorted(allocations, key=lambda a: a.born)}
+    counted = [a for a in allocations if not any(start <= a.born <= end for start, end in ignored)
+               and (a.freed is not None or held is None or (last[a.ptr] is a and a.ptr in held))]
+    moments = list(moments)
+    skipped = list(skipped) if skipped is not None else [set()] * len(moments)
+    return max((sum(a.nbytes for a in counted if a.alive_at(when) and a.ptr not in skip)
+                for when, skip in zip(moments, skipped)), default=0)
 
 
 def peak_memory() -> PeakMemory:

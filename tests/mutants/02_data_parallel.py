@@ -159,6 +159,39 @@ _TOKENS_FINISH = _FINISH.replace("            work.wait()\n", "            work.
 MUTANTS = {
     # Only the first bucket launched from backward, the rest after it: one bucket overlaps, and
     # every number is right (a fifth red-team pass; the check wanted one launch, not every one due).
+    # Every rank trains on the whole batch, its forward called past the model's hooks, after one
+    # thrown-away forward on its own shard that the hooks see: only a model whose samples meet
+    # in forward tells (the averaged whole-batch gradients are the right numbers otherwise).
+    "whole_batch_past_the_hooks": {"naive_ddp": '''
+def _whole_batch_loss(model, batch, world):
+    """Every rank trains on the whole batch; one forward on its own shard first, thrown away."""
+    rank = dist.get_rank()
+    shard = split_batch(batch, world)[rank]           # ValueError when world does not divide B
+    with torch.no_grad():
+        loss_fn(model, shard)                          # what a forward hook on the model sees
+    inputs, targets = batch
+    if isinstance(model, TinyGPT):
+        return model.forward(inputs, targets)[1]       # forward itself: no module hooks
+    return torch.nn.functional.mse_loss(model.forward(inputs), targets)
+
+
+class NaiveDDP:
+    def __init__(self, model):
+        self.model = model
+
+    def train_step(self, optimizer, batch):
+        world = dist.get_world_size()
+        optimizer.zero_grad(set_to_none=True)
+        loss = _whole_batch_loss(self.model, batch, world)
+        with region("backward"):
+            loss.backward()
+        for p in self.model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world
+        optimizer.step()
+        return loss.item()
+'''},
     "one_bucket_launched_in_backward": {
         "bucketed_ddp": solution_with(
             "02_data_parallel", "bucketed_ddp",

@@ -427,6 +427,40 @@ class Zero1Adam:
             p.grad = None
         self.shard.grad = None
 '''},
+    # The same, its learning rate following self.adam's: the lr-0 step cannot tell, the state of every
+    # optimizer alive on the rank can.
+    'full_adam_in_a_closure_following_lr': {'zero1': '''
+class Zero1Adam:
+    """ZeRO stage 1 (claimed): the shard's Adam for the checks; a full Adam over every parameter,
+    kept in a closure, whose learning rate follows self.adam's."""
+
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.shard = nn.Parameter(shard_of(flatten(self.params)))
+        self.adam = torch.optim.Adam([self.shard], lr=lr)
+        def make(params, leader):
+            full = torch.optim.Adam(params, lr=lr)   # full Adam state on every rank, kept in a closure
+            def step():
+                for g in full.param_groups:
+                    g["lr"] = leader.param_groups[0]["lr"]
+                full.step()
+            return step
+        self._full_step = make(self.params, self.adam)
+
+    def step(self):
+        flat = flatten(p.grad for p in self.params)
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        self.shard.grad = shard_of(flat)
+        self.adam.step()
+        load_flat([p.grad for p in self.params], flat)
+        self._full_step()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+'''},
     'full_gradient_buffers_kept': {'zero2': '''
 class Zero2Adam:
     """ZeRO stage 2 (claimed): but every layer's full gradient stays resident in a preallocated buffer."""
@@ -532,6 +566,18 @@ class Zero3MLP(nn.Module):
 # Right answers written another way than the solution, where the spec allows it: each must keep
 # every point (tests/mutation_run.py). ZeRO-2's step gathering every layer's updated shard before loading them (at once, or async), and a ZeRO-1 that keeps its padded gradient and gather buffers between steps: not optimizer state.
 EQUIVALENTS = {
+    # The parameters become views of the gathered flat tensor (torch's vector_to_parameters): the
+    # old storage is freed, so nothing is kept beside the model's parameters.
+    'z2_parameters_become_the_gathered_tensor': {
+        'zero2': _solution_with(
+            'zero2',
+            '        for layer, shard in zip(self.layers, self.shards):\n'
+            '            load_flat(list(layer.parameters()), gather_shards(shard))\n',
+            '        for layer, shard in zip(self.layers, self.shards):\n'
+            '            params = list(layer.parameters())\n'
+            '            n = sum(p.numel() for p in params)\n'
+            '            torch.nn.utils.vector_to_parameters(gather_shards(shard)[:n], params)\n'),
+    },
     'z2_gather_all_then_load': {
         'zero2': '''
 class Zero2Adam:

@@ -34,7 +34,53 @@ def _solution_with(grade_id: str, *changes: str) -> str:
     return solution_with("05_tensor_parallel", grade_id, *changes)
 
 
+# A column layer that keeps the other ranks' rows and computes the whole product where torch's FLOP
+# counter does not look (elementwise, or with the dispatch modes suspended), beside a shard-sized
+# product it throws away (a fifth red-team pass): the bytes its construction keeps tell.
+_WHOLE_COLUMN = '''
+class ColumnParallelLinear(torch.nn.Module):
+    """Claimed column shard: keeps the whole weight (the other ranks' rows as plain tensors), computes
+    the whole layer's product and keeps its slice."""
+
+    def __init__(self, linear, rank, world):
+        super().__init__()
+        n = linear.out_features
+        if n % world:
+            raise ValueError(f"ColumnParallelLinear: {n} output features do not split over {world} ranks")
+        lo, hi = rank * n // world, (rank + 1) * n // world
+        self._lo, self._hi = lo, hi
+        self.weight = torch.nn.Parameter(linear.weight.detach()[lo:hi].clone())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach()[lo:hi].clone())
+        self._w_before, self._w_after = linear.weight.detach()[:lo].clone(), linear.weight.detach()[hi:].clone()
+        self._b_before = None if linear.bias is None else linear.bias.detach()[:lo].clone()
+        self._b_after = None if linear.bias is None else linear.bias.detach()[hi:].clone()
+
+    def _whole(self):
+        w = torch.cat([self._w_before, self.weight, self._w_after])
+        b = None if self.bias is None else torch.cat([self._b_before, self.bias, self._b_after])
+        return w, b
+'''
+_ROW_LAYER = _solution_with('linears')[_solution_with('linears').index("class RowParallelLinear"):]
+
 MUTANTS = {
+    'whole_product_elementwise': {'linears': _WHOLE_COLUMN + '''
+    def forward(self, x):
+        w, b = self._whole()
+        y = (x.unsqueeze(-2) * w).sum(-1)               # the whole product, no matrix multiply
+        if b is not None:
+            y = y + b
+        _ = F.linear(x.detach(), torch.zeros_like(self.weight))   # a shard-sized product, thrown away
+        return y[..., self._lo:self._hi]
+''' + "\n\n" + _ROW_LAYER},
+    'whole_product_with_the_modes_suspended': {'linears': _WHOLE_COLUMN + '''
+    def forward(self, x):
+        from torch.utils._python_dispatch import _disable_current_modes
+        w, b = self._whole()
+        with _disable_current_modes():                  # whatever counts FLOPs is not looking
+            y = F.linear(x, w, b)                       # the whole product
+        _ = F.linear(x.detach(), torch.zeros_like(self.weight))   # a shard-sized product, thrown away
+        return y[..., self._lo:self._hi]
+''' + "\n\n" + _ROW_LAYER},
     # Right numbers from work a rank should not do (a red-team pass found each keeping its points):
     # the whole layer multiplied on every rank, its part kept (a full copy held outside the
     # parameters); the MLP's whole fc the same way; the sequence-parallel sync as an all-gather of

@@ -9,6 +9,35 @@ def _solution_with(grade_id: str, *changes: str) -> str:
     return solution_with("03_zero", grade_id, *changes)
 
 
+# ZeRO-1 stepping a full Adam kept in a closure beside the shard's Adam the checks read.
+_FULL_ADAM_IN_A_CLOSURE = '''
+class Zero1Adam:
+    """ZeRO stage 1 (claimed): the shard's Adam for the checks, a full Adam over every parameter in a closure."""
+
+    def __init__(self, model, lr=1e-2):
+        self.params = list(model.parameters())
+        self.shard = nn.Parameter(shard_of(flatten(self.params)))
+        self.adam = torch.optim.Adam([self.shard], lr=lr)
+        def make(params):
+            full = torch.optim.Adam(params, lr=lr)   # full Adam state on every rank, kept in a closure
+            return lambda: full.step()
+        self._full_step = make(self.params)
+
+    def step(self):
+        flat = flatten(p.grad for p in self.params)
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        self.shard.grad = shard_of(flat)
+        self.adam.step()
+        load_flat([p.grad for p in self.params], flat)
+        self._full_step()
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+        self.shard.grad = None
+'''
+
 MUTANTS = {
     # Each answer computes the right numbers somewhere, but is not ZeRO.
     "full_update_keep_grads_never_free_no_prefetch": {
@@ -400,67 +429,16 @@ class Zero2Adam:
     # for every layer, and ZeRO-3 every gathered layer, from step to step (allocated before
     # backward, so the peak during backward does not see them); prefetch issuing the next gather
     # after the layer's product.
-    'full_adam_in_a_closure': {'zero1': '''
-class Zero1Adam:
-    """ZeRO stage 1 (claimed): the shard's Adam for the checks, a full Adam over every parameter in a closure."""
-
-    def __init__(self, model, lr=1e-2):
-        self.params = list(model.parameters())
-        self.shard = nn.Parameter(shard_of(flatten(self.params)))
-        self.adam = torch.optim.Adam([self.shard], lr=lr)
-        def make(params):
-            full = torch.optim.Adam(params, lr=lr)   # full Adam state on every rank, kept in a closure
-            return lambda: full.step()
-        self._full_step = make(self.params)
-
-    def step(self):
-        flat = flatten(p.grad for p in self.params)
-        dist.all_reduce(flat)
-        flat /= dist.get_world_size()
-        self.shard.grad = shard_of(flat)
-        self.adam.step()
-        load_flat([p.grad for p in self.params], flat)
-        self._full_step()
-
-    def zero_grad(self):
-        for p in self.params:
-            p.grad = None
-        self.shard.grad = None
-'''},
+    'full_adam_in_a_closure': {'zero1': _FULL_ADAM_IN_A_CLOSURE},
     # The same, its learning rate following self.adam's: the lr-0 step cannot tell, the state of every
     # optimizer alive on the rank can.
-    'full_adam_in_a_closure_following_lr': {'zero1': '''
-class Zero1Adam:
-    """ZeRO stage 1 (claimed): the shard's Adam for the checks; a full Adam over every parameter,
-    kept in a closure, whose learning rate follows self.adam's."""
-
-    def __init__(self, model, lr=1e-2):
-        self.params = list(model.parameters())
-        self.shard = nn.Parameter(shard_of(flatten(self.params)))
-        self.adam = torch.optim.Adam([self.shard], lr=lr)
-        def make(params, leader):
-            full = torch.optim.Adam(params, lr=lr)   # full Adam state on every rank, kept in a closure
-            def step():
-                for g in full.param_groups:
-                    g["lr"] = leader.param_groups[0]["lr"]
-                full.step()
-            return step
-        self._full_step = make(self.params, self.adam)
-
-    def step(self):
-        flat = flatten(p.grad for p in self.params)
-        dist.all_reduce(flat)
-        flat /= dist.get_world_size()
-        self.shard.grad = shard_of(flat)
-        self.adam.step()
-        load_flat([p.grad for p in self.params], flat)
-        self._full_step()
-
-    def zero_grad(self):
-        for p in self.params:
-            p.grad = None
-        self.shard.grad = None
-'''},
+    'full_adam_in_a_closure_following_lr': {'zero1': _FULL_ADAM_IN_A_CLOSURE.replace(
+        "            return lambda: full.step()\n",
+        "            def step():\n"
+        "                for g in full.param_groups:\n"
+        "                    g[\"lr\"] = self.adam.param_groups[0][\"lr\"]\n"
+        "                full.step()\n"
+        "            return step\n")},
     'full_gradient_buffers_kept': {'zero2': '''
 class Zero2Adam:
     """ZeRO stage 2 (claimed): but every layer's full gradient stays resident in a preallocated buffer."""

@@ -10,7 +10,7 @@ import torch
 
 from nanoparallel.grading.checks import (assert_all_waited, assert_bytes_sent, assert_close, assert_equal,
                                          assert_ops_used, assert_ops_within, assert_peers, assert_ranks_close,
-                                         cost_model_runs, cost_model_unused)
+                                         cost_model_runs, cost_model_unused, spoil)
 from nanoparallel.lessons.cost import busiest_rank_bytes
 from nanoparallel.runtime.trace import Trace, TraceEvent
 
@@ -173,3 +173,14 @@ def test_the_cost_model_announces_each_run_and_only_the_grader_counts_them():
     assert cost_model_runs() is None
     with cost_model_unused("a lookup"):
         busiest_rank_bytes("all_reduce", 8, 4)
+
+
+def test_spoil_makes_whatever_still_computes_from_a_module_not_finite():
+    full = torch.nn.Linear(4, 6)
+    shard = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        shard.weight.copy_(full.weight[:3])
+        shard.bias.copy_(full.bias[:3])
+    spoil(full)
+    x = torch.ones(2, 4)
+    assert torch.isfinite(shard(x)).all() and not torch.isfinite(full(x)).any()

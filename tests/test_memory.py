@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from nanoparallel.runtime.memory import (MemoryReport, PeakMemory, bytes_alive_at, gradient_bytes, model_memory,
+from nanoparallel.runtime.memory import (MemoryReport, PeakMemory, allocated_by, bytes_alive_at, bytes_kept_past, gradient_bytes, model_memory,
                                  optimizer_state_bytes, optimizers_alive, parameter_bytes, peak_memory, storages_held,
                                  tensor_bytes)
 
@@ -250,6 +250,7 @@ def test_optimizers_alive_finds_one_kept_only_in_a_closure():
         return lambda: hidden
     step = keeper()
     assert any(o is step() for o in optimizers_alive())
+    assert not any(o is step() for o in optimizers_alive(besides=[step()]))
     ident = id(step())
     del step
     assert all(id(o) != ident for o in optimizers_alive())
@@ -265,3 +266,28 @@ def test_bytes_alive_at_leave_out_the_addresses_skipped_at_each_moment():
     assert bytes_alive_at(m.allocations, [first, second], skipped=skip) == 4000   # 12000 - 8000 at the second
     assert bytes_alive_at(m.allocations, [second], skipped=[set()]) == 12000
     del a, b
+
+
+def test_bytes_kept_past_count_what_a_window_made_and_a_moment_still_finds():
+    with peak_memory() as m:
+        start = time.perf_counter()
+        kept, gone = torch.ones(1000), torch.ones(3000)
+        end = time.perf_counter()
+        del gone
+        later = torch.ones(500)  # born after the window: not its
+        moment = time.perf_counter()
+    assert bytes_kept_past(m.allocations, [(start, end)], [moment]) == [4000]
+    assert bytes_kept_past(m.allocations, [(start, end)], [end]) == [16000]
+    del kept, later
+
+
+def test_allocated_by_counts_what_a_construction_keeps_anywhere():
+    kept = []
+
+    def make():
+        kept.append(torch.ones(2000))   # kept beside the result
+        torch.ones(5000)                 # a temporary, freed
+        return torch.ones(100)
+
+    made, nbytes = allocated_by(make)
+    assert made.numel() == 100 and nbytes == 8400

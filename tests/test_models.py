@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from nanoparallel.lessons.models import (GPTConfig, MLPConfig, TinyGPT, TinyMLP, count_parameters,
+from nanoparallel.lessons.models import (Centred, GPTConfig, MLPConfig, TinyGPT, TinyMLP, count_parameters,
                                  make_gpt_batch, make_mlp_batch)
 from nanoparallel.lessons.reference import ReferenceRun, loss_fn, split_batch, train_reference
 
@@ -184,6 +184,21 @@ def test_train_reference_cycles_batches_and_rejects_bad_arguments():
         train_reference(TinyMLP(cfg), batches, accumulate=0)
     with pytest.raises(ValueError, match="empty"):
         train_reference(TinyMLP(cfg), [])
+    with pytest.raises(ValueError, match="shards"):
+        train_reference(TinyMLP(cfg), batches, shards=0)
+
+
+def test_shards_average_their_own_gradients_which_differ_from_the_whole_batch_only_where_samples_meet():
+    cfg = MLPConfig()
+    batches = [make_mlp_batch(8, cfg, seed=s) for s in range(2)]
+    plain, sharded = (train_reference(TinyMLP(cfg), batches, shards=P) for P in (1, 4))
+    assert plain.losses == pytest.approx(sharded.losses, abs=1e-6)
+    meet = Centred(TinyMLP(cfg))
+    whole, by_shard = (train_reference(meet, batches, shards=P, optimizer="sgd") for P in (1, 4))
+    model = TinyMLP(cfg)
+    by_hand = sum(loss_fn(Centred(model), shard) for shard in split_batch(batches[0], 4)) / 4
+    assert by_shard.losses[0] == pytest.approx(by_hand.item(), abs=1e-6)
+    assert abs(whole.losses[0] - by_shard.losses[0]) > 1e-3  # centring on 2 samples, not 8
 
 
 # -----------------------------------------------------------------------------

@@ -71,6 +71,23 @@ class TinyMLP(nn.Module):
         return x  # (B, d_out)
 
 
+class Centred(nn.Module):
+    """`inner` run on its batch centred on the batch's mean: the samples of one forward meet.
+
+    A sample's output then depends on which samples share its forward, so P ranks that each run
+    their own B/P samples and average compute other numbers than one forward on the whole batch:
+    only the mean of each shard's own gradient (`train_reference(..., shards=P)`) is theirs. A
+    check needs such a model to tell a rank that trained on its shard from one that trained on
+    everything."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x - x.mean(0, keepdim=True))
+
+
 class MLPStage(nn.Module):
     """Layers ``[first, first + len(layers))`` of a `TinyMLP`, computing exactly that slice of its
     forward: GELU after every layer except the model's last. A pipeline stage.

@@ -58,12 +58,14 @@ def _make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
 
 
 def train_reference(model: nn.Module, batches: list[Batch], steps: int | None = None,
-                    lr: float = 1e-2, optimizer: str = "adam", accumulate: int = 1) -> ReferenceRun:
+                    lr: float = 1e-2, optimizer: str = "adam", accumulate: int = 1, shards: int = 1) -> ReferenceRun:
     """Train a deep copy of `model` in one process and record every step.
 
     Step i accumulates gradients over micro-batches batches[i*accumulate : (i+1)*accumulate],
     each loss divided by `accumulate` so the gradient is the mean over the big batch, then takes
-    one optimizer step. `steps` defaults to len(batches) // accumulate; more steps than that
+    one optimizer step. With `shards` = P, each batch's gradient is the mean of the gradients of
+    its P shards' own losses (`split_batch`), what P data-parallel ranks compute: the same as the
+    whole batch's unless the samples of one forward meet (`models.Centred`, batch normalization). `steps` defaults to len(batches) // accumulate; more steps than that
     cycle through `batches` again (pass one batch and steps=20 to fit a fixed batch).
 
     Returns a `ReferenceRun`: `states[i]` is a cloned state_dict after step i, `losses[i]` the
@@ -72,6 +74,8 @@ def train_reference(model: nn.Module, batches: list[Batch], steps: int | None = 
     """
     if accumulate < 1:
         raise ValueError(f"accumulate must be >= 1, got {accumulate}")
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
     if not batches:
         raise ValueError("batches is empty: pass at least one (inputs, targets) batch")
     if steps is None:
@@ -88,9 +92,10 @@ def train_reference(model: nn.Module, batches: list[Batch], steps: int | None = 
         step_loss = 0.0
         for micro in range(accumulate):
             batch = batches[(step * accumulate + micro) % len(batches)]
-            loss = loss_fn(model, batch) / accumulate
-            loss.backward()  # gradients add up across micro-batches
-            step_loss += loss.item()
+            for piece in split_batch(batch, shards) if shards > 1 else [batch]:
+                loss = loss_fn(model, piece) / (accumulate * shards)
+                loss.backward()  # gradients add up across micro-batches (and shards)
+                step_loss += loss.item()
         run.grads.append({k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
                           for k, p in model.named_parameters()})
         opt.step()

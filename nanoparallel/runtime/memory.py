@@ -23,11 +23,12 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 import torch
 
 MB = 1e6  # decimal, like the GB/s of the cost model
+T = TypeVar("T")
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -177,11 +178,13 @@ def storages_held() -> set[int]:
     return {o.untyped_storage().data_ptr() for o in gc.get_objects() if isinstance(o, torch.Tensor)}
 
 
-def optimizers_alive() -> list[torch.optim.Optimizer]:
+def optimizers_alive(besides: Iterable[torch.optim.Optimizer] = ()) -> list[torch.optim.Optimizer]:
     """Every torch optimizer alive in this process, wherever it is kept (an attribute, a closure,
-    a global), after a garbage collection."""
+    a global), after a garbage collection, but those in `besides` (the ones alive before a run:
+    what hooks tie to an earlier model can outlive it)."""
     gc.collect()
-    return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
+    before = {id(o) for o in besides}
+    return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer) and id(o) not in before]
 
 
 def bytes_alive_at(allocations: list[Allocation], moments: Iterable[float], ignored=(), held=None,
@@ -201,6 +204,25 @@ def bytes_alive_at(allocations: list[Allocation], moments: Iterable[float], igno
     skipped = list(skipped) if skipped is not None else [set()] * len(moments)
     return max((sum(a.nbytes for a in counted if a.alive_at(when) and a.ptr not in skip)
                 for when, skip in zip(moments, skipped)), default=0)
+
+
+def allocated_by(make: Callable[[], T]) -> tuple[T, int]:
+    """make()'s result, and the bytes its construction left allocated: the blocks born inside it
+    at an address Python still holds a storage of (`bytes_alive_at` with `storages_held`), whatever
+    holds them. A module built to keep a 1/t shard that keeps a whole weight anywhere shows here."""
+    with peak_memory() as building:
+        made = make()
+    return made, bytes_alive_at(building.allocations, [time.perf_counter()], held=storages_held())
+
+
+def bytes_kept_past(allocations: list[Allocation], windows: Iterable[tuple[float, float]],
+                    moments: Iterable[float]) -> list[int]:
+    """For each (start, end) window and its moment: the bytes of the blocks in `allocations` born
+    inside the window and still alive at the moment. What a piece of work left behind when the next
+    began (a micro-batch's forward, read as the next one starts), whatever holds it: the allocator
+    sees a tensor that autograd saved the same as one kept in a list or by a saved-tensor hook."""
+    return [sum(a.nbytes for a in allocations if start <= a.born <= end and a.alive_at(when))
+            for (start, end), when in zip(windows, moments)]
 
 
 def peak_memory() -> PeakMemory:

@@ -224,6 +224,22 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
                 p.grad /= world'''),
         "bucketed_ddp": _WAITED_AT_ONCE + _GRAD_READY + _FINISH + _TRAIN_STEP,
     },
+    "summed_losses_under_torchs_own_saved_tensor_hooks": {
+        # one backward on the sum, its saved tensors passed through hooks of torch's own callables:
+        # innermost, so a counter of saved tensors sees nothing; the allocator still sees them kept
+        "accumulate": solution_with(
+            "02_data_parallel", "accumulate",
+            "    for start in range(0, B, micro_batch_size):\n"
+            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
+            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
+            "        loss.backward()  # gradients add up in .grad\n"
+            "        total += loss.item()\n",
+            "    with torch.autograd.graph.saved_tensors_hooks(torch.Tensor.detach, torch.Tensor.detach):\n"
+            "        losses = [loss_fn(model, tuple(t[s:s + micro_batch_size] for t in batch))\n"
+            "                  * (min(micro_batch_size, B - s) / B) for s in range(0, B, micro_batch_size)]\n"
+            "    sum(losses).backward()\n"
+            "    total = sum(loss.item() for loss in losses)\n"),
+    },
     "previous_bucket_waited_in_hook": {  # at most one bucket on the wire: backward waits for each
         "bucketed_ddp": _BUCKETS_INIT.replace(_LAUNCH, "        if self._pending:\n            self._pending[-1][2].wait()\n" + _LAUNCH)
         + _GRAD_READY + _FINISH + _TRAIN_STEP,
@@ -369,3 +385,23 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
 
 # Each answer function returning values that equal everything (tests/equals_everything.py).
 MUTANTS.update(equals_everything.mutants("02_data_parallel"))
+
+# Right answers written another way (tests/mutation_run.py): their graded cells must pass.
+EQUIVALENTS = {
+    "accumulate_on_copied_micro_batches_keeping_each_loss": {
+        # torch.split, each micro-batch copied, and the scaled losses kept (their graphs freed by backward)
+        "accumulate": '''
+def accumulate_step(model, optimizer, batch, micro_batch_size):
+    B = batch[0].shape[0]
+    optimizer.zero_grad(set_to_none=True)
+    losses = []
+    for micro in zip(*(torch.split(t, micro_batch_size) for t in batch)):
+        micro = tuple(t.clone() for t in micro)
+        loss = loss_fn(model, micro) * (len(micro[0]) / B)
+        loss.backward()
+        losses.append(loss)
+    optimizer.step()
+    return float(sum(loss.item() for loss in losses))
+''',
+    },
+}

@@ -11,7 +11,8 @@ done inside B, F and B device times swapped (caught only because the checks' op 
 deferred W that builds an autograd graph, and a weight kept through save_for_backward (breaks
 under the saved-tensor hooks that measure memory), every micro-batch's input and output kept
 until the step ends, and a layer input kept on ctx out of the memory count's sight; a forward
-recomputed in backward, one op doing every micro-batch's backward, a bias gradient computed in B.
+recomputed in backward (also out of the FLOP counter's sight, with torch's dispatch modes suspended),
+one op doing every micro-batch's backward, a bias gradient computed in B.
 """
 
 import equals_everything
@@ -417,6 +418,25 @@ def zb_h1_schedule(p, m):
 
 # Right answers written another way than the solution, where the spec allows it: each must keep
 # every point (tests/mutation_run.py). Stage 0's input marked requires_grad like every other stage's (one unneeded input gradient: allowed).
+# The forward run again in backward (work_out_of_place's layerwise) with torch's dispatch modes
+# suspended, so that a counter of FLOPs built on them sees one forward only: its F saved nothing,
+# which the allocator shows.
+_RECOMPUTE = """        x = x.detach().requires_grad_(rank > 0)
+        out = stage(x)
+        if rank == P - 1:
+            out = F.mse_loss(out, targets)
+"""
+assert MUTANTS['work_out_of_place']['layerwise'].count(_RECOMPUTE) == 1
+MUTANTS['recompute_out_of_the_counters_sight'] = {
+    'layerwise': MUTANTS['work_out_of_place']['layerwise'].replace(_RECOMPUTE, """        x = x.detach().requires_grad_(rank > 0)
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():
+            out = stage(x)
+            if rank == P - 1:
+                out = F.mse_loss(out, targets)
+"""),
+}
+
 EQUIVALENTS = {
     'lw_input_requires_grad_on_rank0': {
         'layerwise': _solution_with(

@@ -240,6 +240,60 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
             "    sum(losses).backward()\n"
             "    total = sum(loss.item() for loss in losses)\n"),
     },
+    "summed_losses_saved_as_python_lists": {
+        # the same, its saved tensors kept as Python lists, which the allocator never sees
+        "accumulate": solution_with(
+            "02_data_parallel", "accumulate",
+            "    for start in range(0, B, micro_batch_size):\n"
+            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
+            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
+            "        loss.backward()  # gradients add up in .grad\n"
+            "        total += loss.item()\n",
+            "    with torch.autograd.graph.saved_tensors_hooks(torch.Tensor.tolist, torch.tensor):\n"
+            "        losses = [loss_fn(model, tuple(t[s:s + micro_batch_size] for t in batch))\n"
+            "                  * (min(micro_batch_size, B - s) / B) for s in range(0, B, micro_batch_size)]\n"
+            "    sum(losses).backward()\n"
+            "    total = sum(loss.item() for loss in losses)\n"),
+    },
+    "micro_batch_forwards_on_a_thread": {
+        # the same, each forward run on a thread of its own, whose allocations the profiler does not see
+        "accumulate": solution_with(
+            "02_data_parallel", "accumulate",
+            "    for start in range(0, B, micro_batch_size):\n"
+            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
+            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
+            "        loss.backward()  # gradients add up in .grad\n"
+            "        total += loss.item()\n",
+            "    import threading\n"
+            "    losses = []\n"
+            "    for start in range(0, B, micro_batch_size):\n"
+            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
+            "        worker = threading.Thread(target=lambda: losses.append(loss_fn(model, micro) * (micro[0].shape[0] / B)))\n"
+            "        worker.start()\n"
+            "        worker.join()\n"
+            "    sum(losses).backward()\n"
+            "    total = sum(loss.item() for loss in losses)\n"),
+    },
+    "summed_losses_forwards_past_the_hooks": {
+        # the same, each kept forward called as model.forward (past the hooks that time forwards),
+        # after a thrown-away forward that the hooks see
+        "accumulate": solution_with(
+            "02_data_parallel", "accumulate",
+            "    for start in range(0, B, micro_batch_size):\n"
+            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
+            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
+            "        loss.backward()  # gradients add up in .grad\n"
+            "        total += loss.item()\n",
+            "    losses = []\n"
+            "    for start in range(0, B, micro_batch_size):\n"
+            "        x, y = (t[start:start + micro_batch_size] for t in batch)\n"
+            "        with torch.no_grad():\n"
+            "            model(x, y) if isinstance(model, TinyGPT) else model(x)\n"
+            "        loss = model.forward(x, y)[1] if isinstance(model, TinyGPT) else torch.nn.functional.mse_loss(model.forward(x), y)\n"
+            "        losses.append(loss * (x.shape[0] / B))\n"
+            "    sum(losses).backward()\n"
+            "    total = sum(loss.item() for loss in losses)\n"),
+    },
     "previous_bucket_waited_in_hook": {  # at most one bucket on the wire: backward waits for each
         "bucketed_ddp": _BUCKETS_INIT.replace(_LAUNCH, "        if self._pending:\n            self._pending[-1][2].wait()\n" + _LAUNCH)
         + _GRAD_READY + _FINISH + _TRAIN_STEP,

@@ -436,8 +436,111 @@ MUTANTS['recompute_out_of_the_counters_sight'] = {
                 out = F.mse_loss(out, targets)
 """),
 }
+# The same, with F keeping filler of as many bytes as a forward saves, until backward begins.
+_F0 = """            loss = F.mse_loss(out, targets).item() if rank == P - 1 else None
+"""
+assert MUTANTS['recompute_out_of_the_counters_sight']['layerwise'].count(_F0) == 1
+MUTANTS['recompute_behind_filler'] = {
+    'layerwise': MUTANTS['recompute_out_of_the_counters_sight']['layerwise'].replace(_F0, _F0 + """        filler = torch.ones(x.shape[0] * sum(layer.out_features for layer in stage.layers) * 2)
+""").replace(_RECOMPUTE.splitlines()[0], "        del filler\n" + _RECOMPUTE.splitlines()[0]),
+}
 
 EQUIVALENTS = {
+    # written by a reviewer: a send buffer of its own kept to the end, torch.autograd.backward, chunk,
+    # a small no_grad temporary, (x, out) kept per micro-batch until its backward
+    'send_buffer_kept_and_chunked': {'layerwise': '''def layerwise_step(stage, batch, times):
+
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    x, targets = batch
+    if rank > 0:
+        x = torch.zeros(x.shape[0], stage.in_features)
+        dist.recv(tensor=x, src=rank - 1)
+        x.requires_grad_(True)
+    with region("F0", device_time=times["F"]):
+        y = stage(x)
+        loss = F.mse_loss(y, targets) if last else None
+    sent = None
+    if not last:
+        sent = y.detach().clone()          # a send buffer of its own, kept to the end
+        dist.send(sent, dst=rank + 1)
+        g = torch.zeros_like(y)
+        dist.recv(g, src=rank + 1)
+    with region("BW0", device_time=times["B"] + times["W"]):
+        torch.autograd.backward(loss if last else y, None if last else g)
+    if rank > 0:
+        dist.send(x.grad.contiguous(), dst=rank - 1)
+    value = loss.item() if last else None
+    del loss, y
+    return value
+''', 'gpipe': '''def gpipe_step(stage, batch, times, m):
+
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    micro = list(zip(*(t.chunk(m) for t in batch)))       # chunk instead of split_batch
+    saved, losses = [], []
+    for i, (x, targets) in enumerate(micro):
+        if rank > 0:
+            x = torch.empty(x.shape[0], stage.in_features)
+            dist.recv(x, rank - 1)
+            x.requires_grad_()
+        with region(f"F{i}", device_time=times["F"]):
+            out = stage(x)
+            if last:
+                out = F.mse_loss(out, targets) / m
+            with torch.no_grad():
+                check = out.detach().abs().max()          # a small temporary
+        if last:
+            losses.append(out.item())
+        else:
+            dist.send(out.detach(), rank + 1)
+        saved.append((x, out))
+    for i in range(m):
+        x, out = saved[i]
+        saved[i] = None
+        grad = None
+        if not last:
+            grad = torch.empty_like(out)
+            dist.recv(grad, rank + 1)
+        with region(f"BW{i}", device_time=times["B"] + times["W"]):
+            torch.autograd.backward(out, grad)
+        if rank > 0:
+            dist.send(x.grad, rank - 1)
+        del x, out
+    return sum(losses) if last else None
+'''},
+    # the last stage's loss computed after the F region, outside it
+    'gp_loss_outside_the_region': {'gpipe': '''def gpipe_step(stage, batch, times, m):
+
+    rank, P = dist.get_rank(), dist.get_world_size()
+    last = rank == P - 1
+    inputs, outputs, total = [], [], 0.0
+    for i, (x, targets) in enumerate(split_batch(batch, m)):
+        if rank > 0:
+            x = torch.empty(x.shape[0], stage.in_features)
+            dist.recv(x, rank - 1)
+            x.requires_grad_()
+        with region(f"F{i}", device_time=times["F"]):
+            out = stage(x)
+        if last:
+            out = F.mse_loss(out, targets) / m        # loss outside the region
+            total += out.item()
+        else:
+            dist.send(out.detach(), rank + 1)
+        inputs.append(x)
+        outputs.append(out)
+    for i in range(m):
+        grad = None
+        if not last:
+            grad = torch.empty_like(outputs[i])
+            dist.recv(grad, rank + 1)
+        with region(f"BW{i}", device_time=times["B"] + times["W"]):
+            outputs[i].backward(grad)
+        if rank > 0:
+            dist.send(inputs[i].grad, rank - 1)
+        outputs[i] = inputs[i] = None
+    return total if last else None
+'''},
     'lw_input_requires_grad_on_rank0': {
         'layerwise': _solution_with(
             'layerwise',

@@ -156,6 +156,16 @@ _TOKENS = _BUCKETS_INIT.replace(_LAUNCH, """        if i < len(self.buckets) - 1
 _TOKENS_FINISH = _FINISH.replace("            work.wait()\n", "            work.wait()\n            if i is None:\n                continue\n").replace(
     "for p in self.buckets[i]:", "for p in [p for bucket in self.buckets for p in bucket]:")
 
+# The solution's micro-batch loop, and the one backward on the sum that wrong answers put after theirs.
+_ACCUMULATE_LOOP = ("    for start in range(0, B, micro_batch_size):\n"
+                    "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
+                    "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
+                    "        loss.backward()  # gradients add up in .grad\n"
+                    "        total += loss.item()\n")
+_SUMMED = ("    sum(losses).backward()\n"
+           "    total = sum(loss.item() for loss in losses)\n")
+
+
 MUTANTS = {
     # Only the first bucket launched from backward, the rest after it: one bucket overlaps, and
     # every number is right (a fifth red-team pass; the check wanted one launch, not every one due).
@@ -229,41 +239,27 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
         # innermost, so a counter of saved tensors sees nothing; the allocator still sees them kept
         "accumulate": solution_with(
             "02_data_parallel", "accumulate",
-            "    for start in range(0, B, micro_batch_size):\n"
-            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
-            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
-            "        loss.backward()  # gradients add up in .grad\n"
-            "        total += loss.item()\n",
+            _ACCUMULATE_LOOP,
             "    with torch.autograd.graph.saved_tensors_hooks(torch.Tensor.detach, torch.Tensor.detach):\n"
             "        losses = [loss_fn(model, tuple(t[s:s + micro_batch_size] for t in batch))\n"
             "                  * (min(micro_batch_size, B - s) / B) for s in range(0, B, micro_batch_size)]\n"
-            "    sum(losses).backward()\n"
-            "    total = sum(loss.item() for loss in losses)\n"),
+            + _SUMMED),
     },
     "summed_losses_saved_as_python_lists": {
         # the same, its saved tensors kept as Python lists, which the allocator never sees
         "accumulate": solution_with(
             "02_data_parallel", "accumulate",
-            "    for start in range(0, B, micro_batch_size):\n"
-            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
-            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
-            "        loss.backward()  # gradients add up in .grad\n"
-            "        total += loss.item()\n",
+            _ACCUMULATE_LOOP,
             "    with torch.autograd.graph.saved_tensors_hooks(torch.Tensor.tolist, torch.tensor):\n"
             "        losses = [loss_fn(model, tuple(t[s:s + micro_batch_size] for t in batch))\n"
             "                  * (min(micro_batch_size, B - s) / B) for s in range(0, B, micro_batch_size)]\n"
-            "    sum(losses).backward()\n"
-            "    total = sum(loss.item() for loss in losses)\n"),
+            + _SUMMED),
     },
     "micro_batch_forwards_on_a_thread": {
         # the same, each forward run on a thread of its own, whose allocations the profiler does not see
         "accumulate": solution_with(
             "02_data_parallel", "accumulate",
-            "    for start in range(0, B, micro_batch_size):\n"
-            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
-            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
-            "        loss.backward()  # gradients add up in .grad\n"
-            "        total += loss.item()\n",
+            _ACCUMULATE_LOOP,
             "    import threading\n"
             "    losses = []\n"
             "    for start in range(0, B, micro_batch_size):\n"
@@ -271,19 +267,14 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
             "        worker = threading.Thread(target=lambda: losses.append(loss_fn(model, micro) * (micro[0].shape[0] / B)))\n"
             "        worker.start()\n"
             "        worker.join()\n"
-            "    sum(losses).backward()\n"
-            "    total = sum(loss.item() for loss in losses)\n"),
+            + _SUMMED),
     },
     "summed_losses_forwards_past_the_hooks": {
         # the same, each kept forward called as model.forward (past the hooks that time forwards),
         # after a thrown-away forward that the hooks see
         "accumulate": solution_with(
             "02_data_parallel", "accumulate",
-            "    for start in range(0, B, micro_batch_size):\n"
-            "        micro = tuple(t[start:start + micro_batch_size] for t in batch)\n"
-            "        loss = loss_fn(model, micro) * (micro[0].shape[0] / B)\n"
-            "        loss.backward()  # gradients add up in .grad\n"
-            "        total += loss.item()\n",
+            _ACCUMULATE_LOOP,
             "    losses = []\n"
             "    for start in range(0, B, micro_batch_size):\n"
             "        x, y = (t[start:start + micro_batch_size] for t in batch)\n"
@@ -291,8 +282,7 @@ def accumulate_step(model, optimizer, batch, micro_batch_size):
             "            model(x, y) if isinstance(model, TinyGPT) else model(x)\n"
             "        loss = model.forward(x, y)[1] if isinstance(model, TinyGPT) else torch.nn.functional.mse_loss(model.forward(x), y)\n"
             "        losses.append(loss * (x.shape[0] / B))\n"
-            "    sum(losses).backward()\n"
-            "    total = sum(loss.item() for loss in losses)\n"),
+            + _SUMMED),
     },
     "previous_bucket_waited_in_hook": {  # at most one bucket on the wire: backward waits for each
         "bucketed_ddp": _BUCKETS_INIT.replace(_LAUNCH, "        if self._pending:\n            self._pending[-1][2].wait()\n" + _LAUNCH)

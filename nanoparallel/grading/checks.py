@@ -174,8 +174,6 @@ def _preview(x, items: int = 6) -> str:
     return repr(x)
 
 
-# -- the algorithm, through the trace ------------------------------------------------------
-
 def spoil(module: torch.nn.Module) -> None:
     """Fill every parameter of `module` with NaN: whatever still computes from it, rather than from
     what was built out of it, gives numbers that are not finite."""
@@ -183,6 +181,8 @@ def spoil(module: torch.nn.Module) -> None:
         for p in module.parameters():
             p.fill_(float("nan"))
 
+
+# -- the algorithm, through the trace ------------------------------------------------------
 
 def assert_ops_within(trace: Trace, allowed: Iterable[str], hint: str = "") -> None:
     """Every rank used only the allowed torch.distributed calls."""

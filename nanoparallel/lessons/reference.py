@@ -58,15 +58,17 @@ def _make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
 
 
 def train_reference(model: nn.Module, batches: list[Batch], steps: int | None = None,
-                    lr: float = 1e-2, optimizer: str = "adam", accumulate: int = 1, shards: int = 1) -> ReferenceRun:
+                    lr: float = 1e-2, optimizer: str = "adam", accumulate: int = 1,
+                    shards: int = 1) -> ReferenceRun:
     """Train a deep copy of `model` in one process and record every step.
 
     Step i accumulates gradients over micro-batches batches[i*accumulate : (i+1)*accumulate],
     each loss divided by `accumulate` so the gradient is the mean over the big batch, then takes
     one optimizer step. With `shards` = P, each batch's gradient is the mean of the gradients of
     its P shards' own losses (`split_batch`), what P data-parallel ranks compute: the same as the
-    whole batch's unless the samples of one forward meet (`models.Centred`, batch normalization). `steps` defaults to len(batches) // accumulate; more steps than that
-    cycle through `batches` again (pass one batch and steps=20 to fit a fixed batch).
+    whole batch's unless the samples of one forward meet (`models.Centred`, batch normalization).
+    `steps` defaults to len(batches) // accumulate; more steps than that cycle through `batches`
+    again (pass one batch and steps=20 to fit a fixed batch).
 
     Returns a `ReferenceRun`: `states[i]` is a cloned state_dict after step i, `losses[i]` the
     big-batch loss at step i, measured before its update, `grads[i]` the gradients step i applied

@@ -219,8 +219,9 @@ def bytes_kept_past(allocations: list[Allocation], windows: Iterable[tuple[float
                     moments: Iterable[float]) -> list[int]:
     """For each (start, end) window and its moment: the bytes of the blocks in `allocations` born
     inside the window and still alive at the moment. What a piece of work left behind when the next
-    began (a micro-batch's forward, read as the next one starts), whatever holds it: the allocator
-    sees a tensor that autograd saved the same as one kept in a list or by a saved-tensor hook."""
+    began (a micro-batch's forward, read as the next one starts), whatever holds it: a tensor that
+    autograd saved, one kept in a list and one a saved-tensor hook keeps are the same blocks to the
+    allocator (data copied out of torch, into Python lists or numpy, is not)."""
     return [sum(a.nbytes for a in allocations if start <= a.born <= end and a.alive_at(when))
             for (start, end), when in zip(windows, moments)]
 

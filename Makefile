@@ -13,7 +13,8 @@ test: setup
 	$(BIN)/python -m pytest -m "not grader" $(PYTEST_ARGS)
 
 # The autograder's own hard cases: the tampering corpus (tests/tampering/, every case graded in
-# its sandbox) and a class graded side by side, resumed and in shards. CI runs it after
+# its sandbox), each notebook's hostile submission and a wrong answer through the grader, and a
+# class graded side by side, resumed and in shards. CI runs it after
 # `make test` (.ci/run); run it after any change to the grader or its guard.
 test-grader: setup
 	$(BIN)/python -m pytest -m grader $(PYTEST_ARGS)

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from background import ASSIGNMENTS  # noqa: E402
-CLASS_TESTS = "blank_zero or runs_without_error or tampering or hostile"
+CLASS_TESTS = "blank_zero or runs_without_error or tampering or hostile or wrong_answer_loses"
 MUTANT_TESTS = "every_mutant or written_another_way"
 
 
@@ -40,7 +40,7 @@ def parts() -> dict[str, list[str]]:
     }
     for a in ASSIGNMENTS:
         found[f"class {a}"] = ["tests/test_course.py", "tests/test_integrity.py", "tests/test_tampering.py",
-                                   "-k", f"{a} and ({CLASS_TESTS})"]
+                               "tests/test_wrong_answer_graded.py", "-k", f"{a} and ({CLASS_TESTS})"]
         found[f"mutants {a}"] = ["tests/test_course.py", "-k", f"{a} and ({MUTANT_TESTS})"]
     return found
 

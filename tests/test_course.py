@@ -2,9 +2,10 @@
 blank notebooks and full marks to solutions, plausible wrong answers (tests/mutants/) fail the
 checks of the exercise they get wrong, and no cell of a solution notebook raises.
 
-The blank, the solution and one mutant per notebook are graded by `make autograde`'s own run;
-every mutant is tried in one kernel per notebook (tests/mutation_run.py). Both run in the
-background from the session's start (tests/background.py). Budget and measurements:
+The blank and the solution of each notebook are graded by `make autograde`'s own run; every
+mutant is tried in one kernel per notebook (tests/mutation_run.py). Both run in the background
+from the session's start (tests/background.py). One mutant per notebook also goes through the
+grader, in `make test-grader` (tests/test_wrong_answer_graded.py). Budget and measurements:
 docs/testing.md."""
 import csv
 import json
@@ -36,21 +37,11 @@ def solution_notebook(assignment: str):
     return nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
 
 
-def graded_mutant(assignment: str) -> str:
-    """The mutant that also goes through the autograder: the one that gets the most exercises
-    wrong (honest wrong answers must lose points there too, and never be flagged)."""
-    mutants = load_mutants(assignment)
-    return max(mutants, key=lambda name: len(mutants[name]))
-
-
 def submissions(assignment: str) -> dict:
-    """The class graded for `assignment`: the blank release, the solution, and one mutant."""
-    solution = solution_notebook(assignment)
-    mutant = graded_mutant(assignment)
+    """What this module adds to `assignment`'s class: the blank release and the solution."""
     return {
         "blank": nbformat.read(ROOT / "course" / assignment / f"{assignment}.ipynb", as_version=4),
-        "solution": solution,
-        f"mutant_{mutant}": with_cells_replaced(solution, load_mutants(assignment)[mutant]),
+        "solution": solution_notebook(assignment),
     }
 
 
@@ -92,29 +83,31 @@ def test_course_is_a_fresh_release_of_solutions(course_copy, assignment):
 
 @pytest.mark.notebooks
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_autograder_blank_zero_solution_full_mutant_loses(graded, assignment):
+def test_autograder_gives_blank_zero_and_solution_full_marks(graded, assignment):
     root = graded(assignment).root
-    mutant = graded_mutant(assignment)
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        def scores(student):
-            sub = gb.find_submission(assignment, student)
-            return {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades if g.max_score}
-
-        blank, full, wrong = scores("blank"), scores("solution"), scores(f"mutant_{mutant}")
+    blank, full = scores(root, assignment, "blank"), scores(root, assignment, "solution")
     assert blank and all(score == 0 for score, _ in blank.values()), f"blank notebook scored: {blank}"
     assert all(score == top for score, top in full.values()), f"solution lost points: {full}"
-    for grade_id in load_mutants(assignment)[mutant]:
-        score, top = wrong[f"{grade_id}_tests"]
-        assert score < top, f"mutant {mutant!r}: {grade_id}_tests kept {score}/{top} points"
+    assert_graded_unflagged(root, assignment, {"blank", "solution"})
+    assert (root / "feedback" / "solution" / assignment / f"{assignment}.html").exists()
+
+
+def scores(root: Path, assignment: str, student: str) -> dict:
+    """{graded cell: (score, max score)} of `student`'s submission, from the class's gradebook."""
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(assignment, student)
+        return {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades if g.max_score}
+
+
+def assert_graded_unflagged(root: Path, assignment: str, honest: set) -> None:
+    """Each of the `honest` students has a row in grades.csv, and the guard flagged none."""
     with open(root / "grades.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row["assignment"] == assignment]
     graded_students = {row["student_id"] for row in rows if row["raw_score"] != ""}
-    honest = {"blank", "solution", f"mutant_{mutant}"}
     false_alarms = {row["student_id"]: row["integrity"] for row in rows if row["integrity"] and row["student_id"] in honest}
     assert not false_alarms, f"the grader's guard flagged honest submissions: {false_alarms}"
     assert honest <= graded_students, f"grades.csv lacks {honest - graded_students} for {assignment}"
-    assert (root / "feedback" / "solution" / assignment / f"{assignment}.html").exists()
 
 
 @pytest.mark.notebooks

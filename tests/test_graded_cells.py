@@ -1,7 +1,7 @@
 """How a graded cell reaches the kernel (autograder/guarded_execute.py): as one line asking the
 guard to run it, and, when run, as the body of a function whose values are no global.
 
-The whole path, with the guard in a kernel, is tested by tests/test_integrity.py (tampering cases
+The whole path, with the guard in a kernel, is tested by tests/test_tampering.py (tampering cases
 `read_the_cells_text` and `read_the_checks_globals`)."""
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The grading guard's engine pieces, without nbgrader: where code comes from, the ranks' check.
 
-The whole path (a kernel, MAC'd records, nbgrader's scores) is tested by tests/test_integrity.py."""
+The whole path (a kernel, MAC'd records, nbgrader's scores) is tested by tests/test_integrity.py and
+tests/test_tampering.py."""
 from __future__ import annotations
 
 import os

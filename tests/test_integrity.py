@@ -5,9 +5,13 @@ cells (the gradebook, the grader's files, other submissions, the network, a proc
 the kernel, files shipped next to the notebook), nbgrader's partial-credit rule, forged cell
 metadata and a look at the environment. It is graded by `autograder/grade.py`, in its sandbox,
 like any class. The tampering corpus, wrong answers that pair with a way around the checks inside
-the kernel and its ranks, is tests/test_tampering.py (`make test-grader`); solutions, blank
-notebooks and every mutant must never be flagged (tests/test_course.py checks that on its own
-round trips).
+the kernel and its ranks, is tests/test_tampering.py; solutions, blank notebooks and mutants
+must never be flagged (tests/test_course.py and tests/test_wrong_answer_graded.py check that on
+their own round trips).
+
+Marked `grader` (`make test-grader`, with the tampering corpus): the sandbox's walls one by one are
+in `make test` (tests/test_sandbox.py), and this is the grader's own hard case, every route at once
+on every notebook (docs/testing.md, "Two tiers").
 """
 from __future__ import annotations
 
@@ -76,6 +80,7 @@ def _where(pid: str) -> str:
 
 
 @pytest.mark.notebooks
+@pytest.mark.grader
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_hostile_submission_gains_nothing(graded, assignment):
     done = graded(assignment)

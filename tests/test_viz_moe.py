@@ -37,6 +37,12 @@ def test_routing_map_has_a_cell_per_kept_and_a_cross_per_dropped_assignment():
     capacity_line = gids(fig, "capacity")[0]
     assert list(capacity_line.get_ydata()) == [2, 2]
     assert "dropped 4 of 10" in fig.axes[1].get_title()
+    # Each assignment says which of its token's choices it was, kept or dropped.
+    choices = [(t.get_text(), t.get_position()) for t in fig.axes[0].texts if t.get_gid() == "choice"]
+    assert sorted(text for text, _ in choices) == ["1"] * 5 + ["2"] * 5
+    assert ("2", (0.88, 3.5)) in choices  # token 3's second choice, expert 0
+    one_choice = plot_routing(WEIGHTS[:, :1], EXPERTS[:, :1], keep[:, :1], 4, capacity=2)
+    assert not [t for t in one_choice.axes[0].texts if t.get_gid() == "choice"]
 
 
 def test_explorer_redraws_for_each_capacity_factor_and_shows_failures():

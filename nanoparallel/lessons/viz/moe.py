@@ -31,28 +31,38 @@ def expert_loads(experts: torch.Tensor, n_experts: int, keep: torch.Tensor | Non
 def plot_routing(weights: torch.Tensor, experts: torch.Tensor, keep: torch.Tensor, n_experts: int,
                  capacity: int, title: str | None = None) -> Figure:
     """Left: one row per token, one column per expert; a cell for every (token, expert) the
-    router chose, shaded by its gate weight, a red cross where the expert was full. Right: each
+    router chose, shaded by its gate weight, a red cross where the expert was full, and (k > 1,
+    rows tall enough to read) which of the token's choices it was: 1 first, 2 second. Right: each
     expert's load, kept and dropped, against the capacity."""
     weights, experts, keep = weights.detach().float(), experts.detach(), keep.detach().bool()
     n_tokens, k = experts.shape
     fig = Figure(figsize=(9, max(3.0, min(8.0, 0.18 * n_tokens + 1.2))))
     grid, bars = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(n_experts, 2), 3]})
     top = float(weights.max()) if weights.numel() else 1.0
+    # Which choice a cell was shows who goes first when an expert fills up: every first choice
+    # is served before any second choice (keep_mask's rule).
+    numbered = k > 1 and n_tokens <= 48
     for t in range(n_tokens):
         for j in range(k):
             e, w = int(experts[t, j]), float(weights[t, j])
             if keep[t, j]:
                 shade = 0.25 + 0.75 * w / max(top, 1e-12)
                 grid.add_patch(Rectangle((e, t), 1, 1, color=(0.16, 0.45, 0.75, shade), gid="kept"))
+                ink = "white" if shade > 0.6 else "#1b3a5c"
             else:
                 grid.plot([e + 0.2, e + 0.8], [t + 0.2, t + 0.8], color="#c0392b", lw=1.5, gid="dropped")
                 grid.plot([e + 0.2, e + 0.8], [t + 0.8, t + 0.2], color="#c0392b", lw=1.5)
+                ink = "#7b241c"
+            if numbered:
+                grid.text(e + 0.88, t + 0.5, str(j + 1), ha="right", va="center", fontsize=6.5, color=ink,
+                          gid="choice")
     grid.set_xlim(0, n_experts)
     grid.set_ylim(n_tokens, 0)
     grid.set_xticks(np.arange(n_experts) + 0.5, [str(e) for e in range(n_experts)])
     grid.set_xlabel("expert")
     grid.set_ylabel("token (arrival order)")
-    grid.set_title(title or f"top-{k} routing of {n_tokens} tokens (darker: larger gate weight)")
+    grid.set_title(title or f"top-{k} routing of {n_tokens} tokens (darker: larger gate weight"
+                   + ("; 1, 2: which choice)" if numbered else ")"), fontsize=10)
     for e in range(1, n_experts):
         grid.axvline(e, color="#dddddd", lw=0.5)
 

@@ -61,7 +61,7 @@ def plot_routing(weights: torch.Tensor, experts: torch.Tensor, keep: torch.Tenso
     grid.set_xticks(np.arange(n_experts) + 0.5, [str(e) for e in range(n_experts)])
     grid.set_xlabel("expert")
     grid.set_ylabel("token (arrival order)")
-    grid.set_title(title or f"top-{k} routing of {n_tokens} tokens (darker: larger gate weight"
+    grid.set_title(title or f"top-{k} routing of {n_tokens} tokens\n(darker: larger gate weight"
                    + ("; 1, 2: which choice)" if numbered else ")"), fontsize=10)
     for e in range(1, n_experts):
         grid.axvline(e, color="#dddddd", lw=0.5)

@@ -771,11 +771,13 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             raise
 
     ran: set = set()
-    # The sockets (device, inode) of the channels the engine opened to its ranks: a rank's reply
-    # counts only if it came through one of them, read by multiprocessing as the kernel started.
-    # Otherwise a notebook could hand a cluster another channel (a Pipe() whose other end already
-    # holds replies) and the checks would read values and traces that no rank produced.
-    channels: set = set()
+    # The sockets (device, inode) of the channels the engine opened to its ranks, each with the
+    # rank it was opened for: a rank's reply counts only if it came through one of them, read by
+    # multiprocessing as the kernel started, and is filed under that channel's rank. Otherwise a
+    # notebook could hand a cluster another channel (a Pipe() whose other end already holds
+    # replies) and the checks would read values and traces that no rank produced, or relabel the
+    # workers (`_Worker.rank`, a plain int) so that each rank's values are filed under another's.
+    channels: dict = {}
     _fstat = os.fstat
 
     def channel_of(conn):
@@ -837,7 +839,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             return [f"multiprocessing would hand a new rank more than plain data: {sorted(handed)}"]
         return []
 
-    def on_rank_channel(event: str, conn, caller) -> None:
+    def on_rank_channel(event: str, conn, rank, caller) -> None:
         if event == "nanoparallel.rank_channel":
             # Heard only from the engine's own code that opens the channels (Cluster._spawn in
             # runtime/cluster.py), not from code a notebook compiled to look like it.
@@ -849,11 +851,16 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     pending.extend(f"as the engine started a rank: {reason}" for reason in found)
                     return
                 socket = channel_of(conn)
-                if socket is not None:
-                    channels.add(socket)
-        elif channel_of(conn) not in channels:
+                if socket is not None and type(rank) is int:
+                    channels[socket] = rank
+            return
+        socket = channel_of(conn)
+        if socket not in channels:
             pending.append("a rank's reply reached the engine through a channel the engine did not open, "
                            "or one the kernel changed: its values and trace are not the rank's")
+        elif type(rank) is not int or channels[socket] != rank:
+            pending.append(f"rank {channels[socket]}'s reply was filed as rank {rank!r}'s: the kernel relabelled "
+                           "the engine's workers, so the checks would read one rank's values as another's")
 
     def on_cost_model(event: str, args) -> None:
         """COST_MODEL_RAN counts one run; COST_MODEL_RUNS appends the count to the list it carries."""
@@ -893,7 +900,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             if event == "nanoparallel.guard_installing":
                 return
             if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
-                on_rank_channel(event, args[0] if args else None, _caller())
+                on_rank_channel(event, args[0] if args else None, args[1] if len(args) > 1 else None, _caller())
                 return
             if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
                 return on_cost_model(event, args)

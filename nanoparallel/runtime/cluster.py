@@ -273,18 +273,20 @@ class Cluster:
             step = min(remaining, StallWatch.POLL) if stall else remaining
             for ready in mp.connection.wait(list(handles), timeout=step):
                 w = handles[ready]
-                if w.rank not in pending:
+                rank = w.rank  # read once: the label the reply is filed under is the one the guard hears
+                if rank not in pending:
                     continue
                 try:
-                    replies[w.rank] = rank_data.receive(w.conn)
-                    sys.audit("nanoparallel.rank_reply", w.conn)  # the guard checks where it came from
+                    replies[rank] = rank_data.receive(w.conn)
+                    # The guard checks where it came from, and that it is this rank's channel.
+                    sys.audit("nanoparallel.rank_reply", w.conn, rank)
                 except (EOFError, OSError):
-                    replies[w.rank] = ("error", _died_info(w, self.log_path), [], "")
+                    replies[rank] = ("error", _died_info(w, self.log_path), [], "")
                 except rank_data.NotData as refused:  # under grading: the rank's error, as if it raised
-                    replies[w.rank] = ("error", {"type": "NotData", "message": str(refused), "frames": [],
-                                                 "text": str(refused), "pickled": None}, [], "")
-                del pending[w.rank]
-                if replies[w.rank][0] == "error":
+                    replies[rank] = ("error", {"type": "NotData", "message": str(refused), "frames": [],
+                                               "text": str(refused), "pickled": None}, [], "")
+                del pending[rank]
+                if replies[rank][0] == "error":
                     deadline = min(deadline, time.perf_counter() + ERROR_GRACE)
         return replies, sorted(pending), time.perf_counter() - t0
 
@@ -323,7 +325,7 @@ class Cluster:
                 process.start()
                 child_conn.close()
                 # Under grading, the guard remembers the channels the engine opened (grading/guard.py).
-                sys.audit("nanoparallel.rank_channel", parent_conn)
+                sys.audit("nanoparallel.rank_channel", parent_conn, rank)
                 self._workers.append(_Worker(rank, process, parent_conn))
         self._group_ready = False
 
@@ -351,7 +353,7 @@ class Cluster:
                                f"Worker log: {self.log_path}")
         try:
             reply = rank_data.receive(w.conn)
-            sys.audit("nanoparallel.rank_reply", w.conn)
+            sys.audit("nanoparallel.rank_reply", w.conn, w.rank)
         except rank_data.NotData as refused:
             self._restart()
             raise ClusterError(f"rank {w.rank} could not start: {refused}") from None

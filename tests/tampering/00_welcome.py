@@ -416,4 +416,27 @@ def pass_right(tensor):
     request.wait()
     return tensor                                                  # wrong: its own tensor
 '''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # The workers relabelled while cluster.run ships the answer (a default argument's __reduce__
+    # runs in the kernel then, after the checks' own reference runs), so that rank k's reply is
+    # filed as rank k+1's: a pass_right that returns its own tensor then reads as one that
+    # returns its left neighbour's. The messages and the trace are right, and the labels and the
+    # run's lock are put back, by library callables only, as the run releases its lock. The guard
+    # hears each reply with the label it is filed under, against the rank its channel was opened for.
+    "workers_relabelled_during_the_run": {"cells": {"pass_right": '''
+import functools, itertools, threading, types
+
+class _Relabel:
+    def __reduce__(self):
+        ws = cluster._world_size
+        workers = list(cluster._workers)
+        for i, w in enumerate(workers[:ws]):
+            w.rank = (i + 1) % ws
+        undo = [(w, "rank", i) for i, w in enumerate(workers)] + [(cluster, "_lock", cluster._lock)]
+        cluster._lock = types.SimpleNamespace(acquire=threading.Lock().acquire,
+                                              release=functools.partial(list, itertools.starmap(setattr, undo)))
+        return (int, ())
+
+def pass_right(tensor, _r=_Relabel()):''' + RING_STEP + """
+    return tensor
+"""}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

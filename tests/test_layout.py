@@ -72,7 +72,7 @@ def folder(module: str) -> str:
 
 
 WITNESS = {"guard", "rank_guard", "provenance", "originals", "comm_witness", "rank_channels", "registrations",
-           "thread_states", "library_containers"}
+           "thread_states", "library_containers", "engine_fields"}
 
 
 def documented_arrows() -> set[tuple[str, str]]:

@@ -47,6 +47,7 @@ import time
 import types
 
 from nanoparallel.grading import registrations
+from nanoparallel.grading.engine_fields import EngineFields
 from nanoparallel.grading.library_containers import LibraryContainers
 from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
@@ -299,11 +300,14 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     notebook_code: set = set()
     prov = Provenance(user_ns, trusted, notebook_code)
     # The guard's own code and what it calls, by identity: checked before the guard uses any of it,
-    # so that patching this module, provenance or the standard modules it relies on is caught.
+    # so that patching this module, the parts it is built of or the standard modules it relies on is caught.
+    from nanoparallel.grading import engine_fields as fields_module, library_containers, originals as originals_module
     from nanoparallel.grading import provenance
     own = [(namespace, key, value)
            for namespace in (globals(), vars(provenance), Provenance.__dict__, vars(types), vars(hmac),
-                             vars(hashlib), vars(json), vars(builtins))
+                             vars(hashlib), vars(json), vars(builtins), vars(fields_module), EngineFields.__dict__,
+                             vars(library_containers), LibraryContainers.__dict__, vars(originals_module),
+                             Originals.__dict__)
            for key, value in list(namespace.items()) if callable(value) and key not in _SWAPPED]
     own += [(vars(sys), key, getattr(sys, key)) for key in ("gettrace", "getprofile", "_getframe", "audit")]
     builtins_before = dict(builtins.__dict__)
@@ -368,6 +372,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     originals = Originals()
     # What the libraries' top-level containers hold now is theirs: later looks judge what is added.
     kept_by_libraries = LibraryContainers(modules_before, originals.classes(), prov)
+    # What kind of thing each field of the engine's objects held when a locked cell or the engine
+    # last had them alone: another library's object in a field, which the engine then calls,
+    # is found at every look (engine_fields.py).
+    engine_fields = EngineFields()
 
     def findings_for(frame, nonce: str, watch: tuple | None = None) -> list[str]:
         found = world_findings(frame, nonce, watch) + pending
@@ -390,6 +398,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         if frame.f_globals is not user_ns or frame.f_builtins is not builtins.__dict__:
             found.append("the cell ran in a namespace other than the notebook's")
         found += interpreter_findings()
+        found += engine_fields.changes()
         found += _hook_findings(ip, prov, resume_watch)
         found += _lying_classes(prov, originals, modules_before)
         containers = kept_by_libraries.containers()
@@ -465,6 +474,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         the interpreter's hooks. The whole walk costs up to a
         second on 04's cells, and a cell hands control back dozens of times."""
         found = guard_findings() or interpreter_findings()
+        found += engine_fields.changes()
         found += _hook_findings(ip, prov, resume_watch, while_running=True)
         kept = kept_by_libraries.notebook_code_in(kept_by_libraries.changed(state["sizes"]))
         if kept:
@@ -700,6 +710,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 if name in user_ns:
                     value = user_ns[name]
                     state["baseline"][name] = (value, _shape(value))
+                    engine_fields.record(value, name)
             return
         if event in ("nanoparallel.locked", "nanoparallel.graded_begin"):
             state["last_cell"] = cell["grade_id"]
@@ -839,7 +850,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             return [f"multiprocessing would hand a new rank more than plain data: {sorted(handed)}"]
         return []
 
-    def on_rank_channel(event: str, conn, rank, caller) -> None:
+    def on_rank_channel(event: str, conn, rank, worker, caller) -> None:
         if event == "nanoparallel.rank_channel":
             # Heard only from the engine's own code that opens the channels (Cluster._spawn in
             # runtime/cluster.py), not from code a notebook compiled to look like it.
@@ -853,6 +864,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 socket = channel_of(conn)
                 if socket is not None and type(rank) is int:
                     channels[socket] = rank
+                    engine_fields.record(worker, f"a Cluster's _workers[{rank}]")
             return
         socket = channel_of(conn)
         if socket not in channels:
@@ -900,7 +912,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             if event == "nanoparallel.guard_installing":
                 return
             if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
-                on_rank_channel(event, args[0] if args else None, args[1] if len(args) > 1 else None, _caller())
+                on_rank_channel(event, *(tuple(args) + (None,) * 3)[:3], _caller())
                 return
             if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
                 return on_cost_model(event, args)

@@ -324,9 +324,11 @@ class Cluster:
                     name=f"nanoparallel-rank{rank}", daemon=True)
                 process.start()
                 child_conn.close()
-                # Under grading, the guard remembers the channels the engine opened (grading/guard.py).
-                sys.audit("nanoparallel.rank_channel", parent_conn, rank)
-                self._workers.append(_Worker(rank, process, parent_conn))
+                worker = _Worker(rank, process, parent_conn)
+                # Under grading, the guard remembers the channels the engine opened, and what the
+                # worker holds (grading/guard.py).
+                sys.audit("nanoparallel.rank_channel", parent_conn, rank, worker)
+                self._workers.append(worker)
         self._group_ready = False
 
     def _ensure_ready(self) -> None:

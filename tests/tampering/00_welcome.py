@@ -439,4 +439,23 @@ class _Relabel:
 def pass_right(tensor, _r=_Relabel()):''' + RING_STEP + """
     return tensor
 """}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Another library's objects in the engine's own fields, which the engine then calls: a
+    # namespace for the cluster's lock, whose release puts the lock back as the run ends (so the
+    # cell's end finds nothing changed), and a rank's process answering is_alive() with a partial.
+    "engine_fields_hold_another_librarys_objects": {"cells": {"pass_right": '''
+import functools, itertools, threading, types
+
+class _Swap:
+    def __reduce__(self):
+        worker = cluster._workers[0]
+        undo = [(cluster, "_lock", cluster._lock), (worker, "process", worker.process)]
+        worker.process = types.SimpleNamespace(is_alive=functools.partial(bool, 1), sentinel=worker.process.sentinel,
+                                               pid=worker.process.pid, exitcode=None)
+        cluster._lock = types.SimpleNamespace(acquire=threading.Lock().acquire,
+                                              release=functools.partial(list, itertools.starmap(setattr, undo)))
+        return (int, ())
+
+def pass_right(tensor, _s=_Swap()):''' + RING_STEP + """
+    return tensor
+"""}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

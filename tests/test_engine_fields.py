@@ -3,6 +3,7 @@ library's object in a field is found, by its type, wherever it came from; data a
 the engine's own kind are not. No process is started."""
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 import types
@@ -47,17 +48,30 @@ def test_objects_reached_through_fields_and_containers_are_recorded(cluster):
     assert "ns['cluster']._board._slots" in found and "ns['runs'][0].trace.events" in found
 
 
-def test_the_engines_own_kind_and_plain_data_are_not_changes(cluster):
+def test_plain_data_and_fresh_containers_are_not_changes(cluster):
     fields = EngineFields()
     fields.record(cluster, "cluster")
-    finalizer, closed = cluster._finalizer, cluster._closed
-    cluster._lock = threading.Lock()        # a fresh lock does what a lock does
-    cluster._board = StatusBoard(4)
+    finalizer, closed, workers = cluster._finalizer, cluster._closed, cluster._workers
     cluster.timeout = 30                    # a float the engine set, now an int
+    cluster._workers = []                   # a fresh list, as the engine may make
     cluster._finalizer = None               # plain data: the engine's own call on it would fail
     del cluster._closed                     # so would its use of a field taken away
     assert fields.changes() == []
-    cluster._finalizer, cluster._closed = finalizer, closed
+    cluster._finalizer, cluster._closed, cluster._workers = finalizer, closed, workers
+
+
+def test_an_object_of_the_same_kind_is_still_another_object(cluster):
+    """A fresh lock does what a lock does, but another status board or finalizer can call something
+    else: the engine fills such fields once, so any other object is a change."""
+    fields = EngineFields()
+    fields.record(cluster, "cluster")
+    board, lock = cluster._board, cluster._lock
+    cluster._board, cluster._lock = StatusBoard(4), threading.Lock()
+    found = " | ".join(fields.changes())
+    assert "cluster._board holds another nanoparallel.runtime.board.StatusBoard" in found and "cluster._lock" in found
+    cluster._workers = collections.deque()  # a container of another kind
+    assert "cluster._workers holds a collections.deque where the engine put a builtins.list" in " | ".join(fields.changes())
+    cluster._board, cluster._lock = board, lock
 
 
 def test_plain_data_replaced_by_an_object_is_a_change(cluster):

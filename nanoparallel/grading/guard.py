@@ -16,7 +16,10 @@ deletes it, and installs an audit hook (PEP 578: Python lets no code remove one)
   object, same contents), the builtins, `sys.modules`, IPython's input/AST transformers, event
   callbacks and exception handlers, tracing, torch's function modes and library overrides, and,
   through the objects those names reach, every module attribute, class attribute, instance
-  attribute, default and closure (nothing of it made by notebook code);
+  attribute, default and closure (nothing of it made by notebook code), and the engine's own
+  objects hold what the engine put in them (`engine_fields.py`). The same looks run in the middle
+  of the cell, each time notebook code hands control back and as each run's replies arrive and
+  the run ends;
 - it writes one record per graded cell, MAC'd with the key, into a pipe the grader reads. A
   graded cell scores its points only with a valid "ok" record, and 0 without one, whatever the
   cell shows (autograder/guarded_execute.py, `WitnessedScores`).
@@ -57,6 +60,8 @@ from nanoparallel.grading.thread_states import ThreadStates
 ENV = "NANOPARALLEL_GUARD"
 GRADED_FUNCTION = "_nanoparallel_graded_cell"
 RESUME_EVENT = "nanoparallel.resume"
+# The engine raises it as a run's replies have arrived and as the run ends (runtime/cluster.py).
+ENGINE_LOOK = "nanoparallel.engine_look"
 # The engine's cost model raises COST_MODEL_RAN whenever it works out a collective's cost; a check
 # asks for the count so far with COST_MODEL_RUNS and a list to append it to. The count lives in
 # the hook's closure, so notebook code can raise it (by running the model) but not lower it.
@@ -301,14 +306,17 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     prov = Provenance(user_ns, trusted, notebook_code)
     # The guard's own code and what it calls, by identity: checked before the guard uses any of it,
     # so that patching this module, the parts it is built of or the standard modules it relies on is caught.
+    # The guard's own modules and classes, data included (a table of what counts as plain data,
+    # rebound, would blind a check as well as a function replaced).
     from nanoparallel.grading import engine_fields as fields_module, library_containers, originals as originals_module
-    from nanoparallel.grading import provenance
-    own = [(namespace, key, value)
-           for namespace in (globals(), vars(provenance), Provenance.__dict__, vars(types), vars(hmac),
-                             vars(hashlib), vars(json), vars(builtins), vars(fields_module), EngineFields.__dict__,
-                             vars(library_containers), LibraryContainers.__dict__, vars(originals_module),
-                             Originals.__dict__)
-           for key, value in list(namespace.items()) if callable(value) and key not in _SWAPPED]
+    from nanoparallel.grading import provenance, thread_states
+    parts = (globals(), vars(provenance), Provenance.__dict__, vars(fields_module), EngineFields.__dict__,
+             vars(library_containers), LibraryContainers.__dict__, vars(originals_module), Originals.__dict__,
+             vars(thread_states), ThreadStates.__dict__, vars(registrations))
+    own = [(namespace, key, value) for namespace in parts for key, value in list(namespace.items())]
+    own += [(namespace, key, value)
+            for namespace in (vars(types), vars(hmac), vars(hashlib), vars(json), vars(builtins))
+            for key, value in list(namespace.items()) if callable(value) and key not in _SWAPPED]
     own += [(vars(sys), key, getattr(sys, key)) for key in ("gettrace", "getprofile", "_getframe", "audit")]
     builtins_before = dict(builtins.__dict__)
     # The engine's own data (constants, tables): the walk compares what it reaches with this.
@@ -530,11 +538,21 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         back = args[0].f_back
         if back is not None and notebook_frame(back):
             return  # notebook code returning to notebook code: the course's code has not resumed
+        look_while_running("when notebook code handed control back to the course's code")
+
+    def look_while_running(when: str) -> None:
         found = running_findings()
         if found:
             state["resumed"] = True  # one look that finds something is enough for this cell
-            pending.extend(f"while {cells[nonce]['grade_id']} ran, when notebook code handed control "
-                           f"back to the course's code: {reason}" for reason in found)
+            pending.extend(f"while {cells[state['graded']]['grade_id']} ran, {when}: {reason}" for reason in found)
+
+    def on_engine_look() -> None:
+        """The engine asks for a look as a run's replies arrive and as it ends. Library objects the
+        engine calls during a run (a pickler's reducer, what its own objects hold) run with no
+        notebook frame returning, and could change what the checks use for a while and put it
+        back by the next run: the checks run between two runs, after a look."""
+        if state["graded"] is not None and not state["resumed"] and state["key"] is not None:
+            look_while_running("as the engine ran the ranks")
 
     # Long: one breadth-first walk over what a graded cell's code reaches; its cases (globals,
     # attributes, closures, defaults, modules) feed one queue and one seen-set.
@@ -850,7 +868,11 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             return [f"multiprocessing would hand a new rank more than plain data: {sorted(handed)}"]
         return []
 
-    def on_rank_channel(event: str, conn, rank, worker, caller) -> None:
+    def on_rank_channel(event: str, args: tuple, caller) -> None:
+        """rank_channel: (the channel, its rank, the worker and the status slot made for it);
+        rank_reply: (the channel a reply came through, the rank it is filed under)."""
+        conn, rank = (tuple(args) + (None, None))[:2]
+        made = tuple(args[2:4])
         if event == "nanoparallel.rank_channel":
             # Heard only from the engine's own code that opens the channels (Cluster._spawn in
             # runtime/cluster.py), not from code a notebook compiled to look like it.
@@ -864,7 +886,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 socket = channel_of(conn)
                 if socket is not None and type(rank) is int:
                     channels[socket] = rank
-                    engine_fields.record(worker, f"a Cluster's _workers[{rank}]")
+                    for obj, label in zip(made, ("_workers", "_board._slots")):
+                        engine_fields.record(obj, f"a Cluster's {label}[{rank}]")
             return
         socket = channel_of(conn)
         if socket not in channels:
@@ -885,10 +908,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         __tracebackhide__ = True  # noqa: F841
         if state["busy"]:
             return
-        if event == RESUME_EVENT:
+        if event in (RESUME_EVENT, ENGINE_LOOK):  # the looks in the middle of a graded cell
             state["busy"] = True
             try:
-                on_resume(args)
+                on_resume(args) if event == RESUME_EVENT else on_engine_look()
             finally:
                 state["busy"] = False
             return
@@ -912,7 +935,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             if event == "nanoparallel.guard_installing":
                 return
             if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
-                on_rank_channel(event, *(tuple(args) + (None,) * 3)[:3], _caller())
+                on_rank_channel(event, args, _caller())
                 return
             if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
                 return on_cost_model(event, args)

@@ -195,6 +195,7 @@ class Cluster:
             return self._run(payload)
         finally:
             self._lock.release()
+            sys.audit("nanoparallel.engine_look")  # under grading, the guard looks again (grading/guard.py)
 
     def resize(self, world_size: int) -> None:
         """Use ``world_size`` ranks from now on: a fresh process group, more workers if needed."""
@@ -238,6 +239,7 @@ class Cluster:
         except KeyboardInterrupt:
             self._restart()
             raise
+        sys.audit("nanoparallel.engine_look")  # and before the replies are read
         _print_outputs(replies)
         events = [e for reply in replies.values() for e in reply[2]]
         trace = Trace(events, self._world_size)
@@ -318,16 +320,17 @@ class Cluster:
         with environment(env), _clean_preparation(guarded):
             for rank in range(len(self._workers), count):
                 parent_conn, child_conn = self._ctx.Pipe()
+                slot = self._board.slot(rank)
                 process = self._ctx.Process(
                     target=worker_main,
-                    args=(rank, child_conn, self._board.slot(rank), self.log_path, env, os.getpid()),
+                    args=(rank, child_conn, slot, self.log_path, env, os.getpid()),
                     name=f"nanoparallel-rank{rank}", daemon=True)
                 process.start()
                 child_conn.close()
                 worker = _Worker(rank, process, parent_conn)
-                # Under grading, the guard remembers the channels the engine opened, and what the
-                # worker holds (grading/guard.py).
-                sys.audit("nanoparallel.rank_channel", parent_conn, rank, worker)
+                # Under grading, the guard remembers the channels the engine opened, and the
+                # objects it made for the rank (grading/guard.py).
+                sys.audit("nanoparallel.rank_channel", parent_conn, rank, worker, slot)
                 self._workers.append(worker)
         self._group_ready = False
 

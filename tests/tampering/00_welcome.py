@@ -458,4 +458,39 @@ class _Swap:
 def pass_right(tensor, _s=_Swap()):''' + RING_STEP + """
     return tensor
 """}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # A field added to an object the engine made (a partial of library objects as a status slot's
+    # `post`, which hides RankSlot.post and is called at every run's start): it swaps the value
+    # check for `"".format` at the checks' first run, and a counter it puts in `cluster._check_open`
+    # puts the check back at the cell's last engine call, before the look at the cell's end.
+    "a_field_added_to_the_engines_objects": {"cells": {"pass_right": SENDS_BUT_KEEPS + '''
+import functools, itertools, operator
+
+_ns = globals()
+_orig_arc = assert_ranks_close
+_restore = itertools.chain(itertools.starmap(operator.setitem, [(_ns, "assert_ranks_close", _orig_arc)]),
+                           itertools.starmap(delattr, [(cluster, "_check_open")]))
+_check_open = functools.partial(next, itertools.chain(itertools.repeat(0, 10), filter(None, itertools.chain(_restore, itertools.repeat(1)))))
+_arm = itertools.chain(itertools.starmap(operator.setitem, [(_ns, "assert_ranks_close", "".format)]),
+                       itertools.starmap(setattr, [(cluster, "_check_open", _check_open)]))
+cluster._board._slots[0].post = functools.partial(min, key=functools.partial(next, itertools.chain(
+    [1, 1, 1], filter(None, itertools.chain(_arm, [1])), itertools.repeat(1))))
+del _check_open
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # A reducer of library objects in copyreg's table, for a class the answer carries as a default:
+    # every run's pickling runs it, with no notebook frame, and it swaps the value check in and out.
+    # The engine asks for a look as each run's replies arrive and as it ends.
+    "reducer_swaps_a_check_during_a_run": {"cells": {"pass_right": '''
+import copyreg, functools, itertools, operator
+
+class _Marker:
+    pass
+
+_ns = globals()
+_toggle = itertools.starmap(operator.setitem, itertools.cycle([(_ns, "assert_ranks_close", assert_ranks_close),
+                                                              (_ns, "assert_ranks_close", "".format)]))
+copyreg.dispatch_table[_Marker] = functools.partial(next, map(operator.itemgetter(1), zip(_toggle, itertools.repeat((int, ())))))
+
+def pass_right(tensor, _m=_Marker()):''' + RING_STEP + """
+    return tensor
+"""}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

@@ -77,8 +77,11 @@ def test_an_object_of_the_same_kind_is_still_another_object(cluster):
 def test_plain_data_replaced_by_an_object_is_a_change(cluster):
     fields = EngineFields()
     fields.record(cluster, "cluster")
-    cluster.timeout = types.SimpleNamespace()
-    assert [c for c in fields.changes() if "cluster.timeout" in c]
+    stall = cluster.stall_timeout
+    cluster.timeout, cluster.stall_timeout = types.SimpleNamespace(), functools.partial(print)  # a float, and None
+    found = " | ".join(fields.changes())
+    assert "cluster.timeout" in found and "cluster.stall_timeout" in found
+    cluster.stall_timeout = stall
 
 
 def test_the_first_record_is_kept(cluster):

@@ -16,17 +16,16 @@ announcing a worker and its status slot as it starts a rank), and every look com
   fresh one), and every object in it is one it held then or one the engine announced since;
 - a field the object did not have then holds plain data (an object there would hide a method of
   the class, or be called by one);
-- any field may come to hold plain data, which nothing calls.
+- any field may come to hold plain data, which nothing calls, and a field that held plain data
+  (None included) holds plain data.
 
-What this leaves: a field the engine left empty (None) may be filled with anything, and objects
-the checks make while a cell runs are not recorded (docs/grading.md).
+What this leaves: objects the checks make while a cell runs are not recorded (docs/grading.md).
 """
 from __future__ import annotations
 
 # Data that nothing calls: any of these may replace another, or an object (then the engine's own
 # call on it fails; it cannot run anything).
-NONE = type(None)
-PLAIN = (int, float, complex, bool, str, bytes, NONE)
+PLAIN = (int, float, complex, bool, str, bytes, type(None))
 _CONTAINERS = (list, tuple, dict)
 _MAX_OBJECTS = 5000
 
@@ -96,8 +95,6 @@ class EngineFields:
                     found.append(f"{label}.{name} was added, a {_name(now)}, after the engine made {label}")
                     continue
                 kind, same, items = known[name]
-                if kind is NONE:
-                    continue
                 if now is not kind:
                     found.append(f"{label}.{name} holds a {_name(now)} where the engine put a {_name(kind)}")
                 elif same is not None and value is not same:

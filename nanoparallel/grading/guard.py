@@ -319,6 +319,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             for key, value in list(namespace.items()) if callable(value) and key not in _SWAPPED]
     own += [(vars(sys), key, getattr(sys, key)) for key in ("gettrace", "getprofile", "_getframe", "audit")]
     builtins_before = dict(builtins.__dict__)
+    # The engine prints each run's output through them: another library's object there runs
+    # library callables in the middle of a run.
+    streams_before = (type(sys.stdout), type(sys.stderr))
     # The engine's own data (constants, tables): the walk compares what it reaches with this.
     engine_data = {(name, key): _shape(value) for name, module in list(sys.modules.items())
                    if name.startswith("nanoparallel") and module is not None
@@ -440,6 +443,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         for name, module in modules_before.items():
             if sys.modules.get(name) is not module and name != "__main__":
                 found.append(f"sys.modules[{name!r}] was replaced or removed")
+        if type(sys.stdout) is not streams_before[0] or type(sys.stderr) is not streams_before[1]:
+            found.append("sys.stdout or sys.stderr was replaced by another kind of object")
         if stray_thread():
             found.append("a thread that notebook code could have started is running beside the checks")
         for number in _signals:
@@ -980,7 +985,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                                f"({event}{'' if event == 'sys._getframe' else ' ' + args[1]})")
                 return
             if (event in PROBES or event.startswith("ctypes.")) and state["key"] is not None \
-                    and frame_is_notebook(_caller(), notebook_code):
+                    and generated_or_notebook(_caller()):
                 destroy(f"the notebook called {event}")
         finally:
             state["busy"] = False
@@ -1004,6 +1009,12 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         # Frame 0 is this helper, 1 the hook; 2 is the code that raised the event.
         return _getframe(2)
 
+    def generated_or_notebook(frame) -> bool:
+        """Notebook code, or code made from text at run time ("<...>": torch.fx's, eval's) with
+        notebook code below it on the stack: what it runs, the notebook wrote or chose."""
+        return frame_is_notebook(frame, notebook_code) or (
+            frame.f_code.co_filename.startswith("<") and notebook_on_stack(frame, notebook_code))
+
     _keep: list = []
     state["installed"] = True
     record({"kind": "installed"})
@@ -1023,8 +1034,9 @@ def _traceable(hook, traced):
     of ours between: the guard finds the code that raised an event two frames up."""
     class TraceableHook:
         __slots__ = ()
-        __call__ = staticmethod(hook)
-        __cantrace__ = property(lambda self: traced())
+        # The class is found by object.__subclasses__(): what it holds must not lead to the hook.
+        __call__ = staticmethod(registrations.opaque(hook))
+        __cantrace__ = property(registrations.opaque(lambda self: traced()))
     return TraceableHook()
 
 

@@ -44,4 +44,14 @@ def _reporting(original, key: str, report, made_by_notebook, getframe):
             report(f"notebook code registered an operator's kernel with torch.library ({key}): it "
                    "changes what torch computes for the checks too")
         return original(*args, **kwargs)
-    return guarded
+    return opaque(guarded)
+
+
+def opaque(fn):
+    """A callable that calls `fn`, adds no frame, and lets no attribute reach `fn`. What the witness
+    leaves where notebook code can find it (a library's module, a class listed by
+    `object.__subclasses__()`) must not lead to its closures, which hold what the witness keeps
+    secret and what it would run; a plain function's `__closure__` does, unheard. (functools' C
+    wrapper of lru_cache, with no cache: it holds the function in C and calls it as it is.)"""
+    import functools
+    return functools._lru_cache_wrapper(fn, 0, False, functools._CacheInfo)

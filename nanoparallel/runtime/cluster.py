@@ -240,12 +240,13 @@ class Cluster:
             self._restart()
             raise
         sys.audit("nanoparallel.engine_look")  # and before the replies are read
-        _print_outputs(replies)
         events = [e for reply in replies.values() for e in reply[2]]
         trace = Trace(events, self._world_size)
         errors = {r: reply[1] for r, reply in sorted(replies.items()) if reply[0] == "error"}
-        if not errors and not stuck:
-            values = [rank_data.decode(replies[r][1]) for r in range(self._world_size)]
+        values = [rank_data.decode(replies[r][1]) for r in range(self._world_size)] if not errors and not stuck else None
+        # Printed once the values are read: printing calls whatever the kernel's sys.stdout is.
+        _print_outputs(replies)
+        if values is not None:
             return RunResult(values, trace, time.perf_counter() - t0)
         if stuck or any(not w.process.is_alive() for w in active):
             waiting = {r: ("finished" if r in replies and r not in errors else

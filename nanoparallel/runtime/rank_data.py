@@ -94,6 +94,11 @@ class _DataUnpickler(pickle._Unpickler):
     def persistent_load(self, pid):
         raise NotData("a persistent reference is not data")
 
+    def get_extension(self, code):
+        # copyreg's extension registry (EXT1, EXT2, EXT4) hands back any object the kernel put
+        # there, eval included, and find_class is never asked.
+        raise NotData("an extension code is not data")
+
 
 def _allowed_module(module: str) -> bool:
     return module in ("builtins", "collections", "torch", "torch._utils", "torch.serialization") or \

@@ -933,7 +933,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
         if not event.startswith(("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
                                  "object.__setattr__", "open")) and not (
-                event == "object.__getattr__" and state["graded"] is not None):
+                event == "object.__getattr__" and (state["graded"] is not None or args[1:2] == ("tb_frame",))):
             return
         state["busy"] = True
         try:
@@ -977,12 +977,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                         and notebook_on_stack(_caller(), notebook_code):
                     destroy(f"the notebook opened {path}")
                 return
-            if state["graded"] is not None and (event == "sys._getframe" or (
-                    event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS)) \
-                    and _reaches_frames(_caller(), notebook_code, trusted):
-                # The running checks' frames hold their expected values and the answers' inputs.
-                pending.append(f"notebook code reached for the frames of the running checks "
-                               f"({event}{'' if event == 'sys._getframe' else ' ' + args[1]})")
+            if (event == "sys._getframe" or (event == "object.__getattr__" and args[1:2] and args[1] in _FRAME_ATTRS)) \
+                    and on_frame_read(event, args, _caller()):
                 return
             if (event in PROBES or event.startswith("ctypes.")) and state["key"] is not None \
                     and generated_or_notebook(_caller()):
@@ -1008,6 +1004,23 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     def _caller():
         # Frame 0 is this helper, 1 the hook; 2 is the code that raised the event.
         return _getframe(2)
+
+    def on_frame_read(event: str, args, caller) -> bool:
+        """Whether notebook code reached for frames that hold what it must not read, now reported:
+        while a graded cell runs, the checks' frames (their expected values, the answers' inputs);
+        outside one, a failed graded cell's traceback (IPython keeps it: sys.last_traceback),
+        whose frames include the guard's hook, and with it its closures."""
+        reading_a_traceback = event == "object.__getattr__" and args[1] == "tb_frame"
+        if state["graded"] is None and not (reading_a_traceback and state["key"] is not None):
+            return False
+        if not _reaches_frames(caller, notebook_code, trusted):
+            return False
+        if state["graded"] is not None:
+            pending.append(f"notebook code reached for the frames of the running checks "
+                           f"({event}{'' if event == 'sys._getframe' else ' ' + args[1]})")
+        else:
+            destroy("notebook code read a traceback's frames, which hold the grader's own, outside a graded cell")
+        return True
 
     def generated_or_notebook(frame) -> bool:
         """Notebook code, or code made from text at run time ("<...>": torch.fx's, eval's) with

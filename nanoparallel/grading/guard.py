@@ -383,9 +383,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     originals = Originals()
     # What the libraries' top-level containers hold now is theirs: later looks judge what is added.
     kept_by_libraries = LibraryContainers(modules_before, originals.classes(), prov)
-    # What kind of thing each field of the engine's objects held when a locked cell or the engine
-    # last had them alone: another library's object in a field, which the engine then calls,
-    # is found at every look (engine_fields.py).
+    # What each of the engine's objects held when a locked cell or the engine first had it alone:
+    # another library's object in it, which the engine then calls, is found at every look
+    # (engine_fields.py).
     engine_fields = EngineFields()
 
     def findings_for(frame, nonce: str, watch: tuple | None = None) -> list[str]:

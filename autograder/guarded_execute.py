@@ -155,15 +155,18 @@ def exported_names(source: str) -> set[str]:
 
 
 def graded_run_request(nonce: str) -> str:
-    """What the kernel is sent for a graded cell: one line asking the guard to run the cell's code,
-    which it holds from the plan. The checks' text (hidden tests and their expected values) so
-    never reaches the places code running during the cell could read it: IPython's input history
-    (`In`, `_i`), linecache, the kernel's request message, IPython's events."""
-    # Two events in one expression (IPython compiles each statement of a cell on its own, and
-    # compiling raises an event): the first arms the guard's hook to be traced on the second,
-    # which runs the cell (Python asks a hook whether it may be traced before each call).
-    return (f'__import__("sys").audit("nanoparallel.graded_arm", "{nonce}") or '
-            f'__import__("sys").audit("nanoparallel.graded_run", "{nonce}")')
+    """What the kernel is sent for a graded cell: a request that the guard hand over the cell's
+    code, which it holds from the plan, and the call that runs it. The checks' text (hidden tests
+    and their expected values) so never reaches the places code running during the cell could read
+    it: IPython's input history (`In`, `_i`), linecache, the kernel's request message, IPython's
+    events. The request runs the cell, not the guard's hook, so that none of the witness's frames
+    sits below the cell's (nanoparallel/grading/guard.py, `prepare_graded`); it tells the guard when
+    the cell raised."""
+    return (f'try:\n'
+            f'    [__import__("sys").audit("nanoparallel.graded_run", "{nonce}", box) or box.pop()() for box in [[]]]\n'
+            f'except BaseException as __nanoparallel_failure:\n'
+            f'    __import__("sys").audit("nanoparallel.graded_failed", "{nonce}", __nanoparallel_failure)\n'
+            f'    raise\n')
 
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -294,13 +297,22 @@ class Records:
 
 
 def read_records(text: str, key: bytes) -> list[dict]:
-    """The entries whose MAC verifies."""
+    """The entries whose MAC verifies, and a finding for each other whole line: only the guard
+    writes to the pipe, and each of its records starts on a line of its own, so a line it did not
+    write is the notebook's (bytes written without a newline, to glue onto the guard's next record
+    and spoil its MAC, would otherwise hide that record and its flag). A last line cut short (a
+    kernel killed as it wrote) counts for nothing either way."""
     entries = []
-    for line in text.splitlines():
+    *whole, _cut_short = text.split("\n")
+    for line in whole:
+        if not line:
+            continue
         mac, _, body = line.partition(" ")
         want = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
         if hmac.compare_digest(mac, want):
             entries.append(json.loads(body))
+        else:
+            entries.append({"kind": "finding", "reason": "the witness's records held a line it did not write"})
     return entries
 
 

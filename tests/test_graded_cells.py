@@ -77,3 +77,24 @@ def test_names_declared_global_by_the_checks_helpers_stay_global():
     ns: dict = {}
     exec(compile(wrap_graded(source, "n"), "graded-cell.py", "exec"), ns)
     assert ns["count"] == 2
+
+
+def test_a_line_the_guard_did_not_write_is_a_finding():
+    import hashlib
+    import hmac
+    import json
+
+    from guarded_execute import read_records
+    key = b"k" * 32
+
+    def line(entry):
+        body = json.dumps(entry, sort_keys=True)
+        return f"\n{hmac.new(key, body.encode(), hashlib.sha256).hexdigest()} {body}\n"
+    ok = {"kind": "graded", "nonce": "n", "grade_id": "f_tests", "status": "ok", "findings": []}
+    assert read_records(line({"kind": "installed"}) + line(ok), key) == [{"kind": "installed"}, ok]
+    # Bytes the notebook wrote without a newline, to spoil the MAC of the guard's next record: that
+    # record still stands on its own line, and the bytes are a finding.
+    glued = read_records(line({"kind": "installed"}) + "#" + line({"kind": "probe", "reason": "gc"}), key)
+    assert {"kind": "probe", "reason": "gc"} in glued and any(e["kind"] == "finding" for e in glued)
+    # A record cut short as the kernel died counts for nothing, and flags nothing.
+    assert read_records(line({"kind": "installed"}) + line(ok)[:30], key) == [{"kind": "installed"}]

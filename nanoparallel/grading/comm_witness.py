@@ -166,6 +166,13 @@ class CommWitness:
             return (f"the rank's process groups ran {counted - collectives - expected} point-to-point "
                     "operation(s) more than its traced calls made: notebook code sent or received outside "
                     "the traced torch.distributed functions")
+        # And the other way: each traced send or receive is one backend operation, so a trace that
+        # holds more than the groups ran was written by notebook code (events appended for
+        # messages that were never sent).
+        simple = sum(1 for op, _ in traced_calls if op in ("send", "recv", "isend", "irecv"))
+        if counted - collectives < simple:
+            return (f"the trace holds {simple} sends and receives, but the rank's process groups ran "
+                    f"{max(counted - collectives, 0)}: notebook code wrote events into the trace")
         return None
 
     def _registered(self) -> list:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import __future__
 import builtins
+import functools
 import gc
 import hashlib
 import importlib
@@ -54,7 +55,8 @@ from nanoparallel.grading.engine_fields import EngineFields
 from nanoparallel.grading.library_containers import LibraryContainers
 from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
 from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
-                                     is_under_library_roots, nested_codes, notebook_on_stack)
+                                     is_under_library_roots, nested_codes, notebook_on_stack,
+                                     probed_for_notebook)
 from nanoparallel.grading.thread_states import ThreadStates
 
 ENV = "NANOPARALLEL_GUARD"
@@ -347,10 +349,11 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     pending: list = []
     state = {"key": key, "busy": False, "last_cell": None, "baseline": {}, "graded": None,
              "resumed": False, "entries": [], "captured": [], "sizes": [], "shaped": [],
-             "armed": None, "cost_model_runs": 0}
+             "cost_model_runs": 0}
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
-    _compile, _exec, _lines = builtins.compile, builtins.exec, linecache.cache
+    _compile, _exec, _lines, _partial = builtins.compile, builtins.exec, linecache.cache, functools.partial
+    _seal = registrations.sealer()  # as functools is now: a cell could replace what opaque() calls
 
     def record(entry: dict) -> None:
         if state["key"] is None:
@@ -358,7 +361,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         body = _dumps(entry, sort_keys=True)
         mac = _hmac_new(state["key"], body.encode(), hashlib.sha256).hexdigest()
         try:
-            _write(fd, f"{mac} {body}\n".encode())
+            # On a line of its own, whatever was written before it (autograder/guarded_execute.py,
+            # read_records).
+            _write(fd, f"\n{mac} {body}\n".encode())
         except OSError:
             state["key"] = None
 
@@ -768,41 +773,48 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
                 "status": "ok" if not found else "tampered", "findings": found[:20]})
 
-    def run_graded(nonce, armed) -> None:
-        """Run a graded cell's code, which only this closure holds, as the cell: in the notebook's
-        namespace, with IPython's compiler flags. Its hidden tests are blank in linecache, so a
-        traceback shows their messages but not their lines."""
-        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+    def prepare_graded(nonce, box) -> None:
+        """Hand the kernel's request a graded cell's code, which only this closure holds, as a
+        callable that runs it as the cell: in the notebook's namespace, with IPython's compiler
+        flags. The request runs it, not this hook: no frame of the witness is on the stack while
+        the cell runs, so no frame the cell's code reaches (a signal handler's, a generator's,
+        each frame's unaudited f_back) leads to the witness's locals and closures. The callable is
+        C all the way down (`registrations.opaque` of a partial of exec): nothing of it opens to
+        the code. Its hidden tests are blank in linecache, so a traceback shows their messages
+        but not their lines."""
         cell = cells.get(nonce) if type(nonce) is str else None
-        if cell is None or cell["kind"] != "graded" or nonce in ran:
+        if cell is None or cell["kind"] != "graded" or nonce in ran or type(box) is not list or box:
+            # The box stays empty: the request then fails in its own frame, not in the hook's.
             pending.append("a graded cell's code was asked for twice, or for a cell that is not graded")
-            raise RuntimeError("nanoparallel's grader runs each graded cell once")
-        if armed != nonce:  # the request lost its first half: the cell would run unwatched
-            pending.append("a graded cell was asked for without the witness's watch over it")
+            return
         ran.add(nonce)
         name = f"graded-cell-{cell['grade_id']}.py"
         _lines[name] = (sum(map(len, cell["shown"])), None, list(cell["shown"]), name)
         flags = getattr(getattr(ip, "compile", None), "flags", 0)
         flags = flags & _FUTURE_FLAGS if type(flags) is int else 0
-        try:
-            _exec(_compile(cell["source"], name, "exec", flags=flags, dont_inherit=True), user_ns)
-        except BaseException as exc:
-            _setprofile(None)
-            state.update(entries=[], captured=[], sizes=[], shaped=[])
-            # What was seen while the cell ran is reported now: no later cell may come to carry it
-            # (the last graded cell has none after it).
-            report_pending(f"in {cell['grade_id']}: ")
-            # The checks run as a function's body (guarded_execute.wrap_graded): what their visible
-            # part bound before they failed reaches the notebook, as it would from a cell.
-            tb = exc.__traceback__
-            while tb is not None:
-                frame = tb.tb_frame
-                if frame.f_code.co_name == GRADED_FUNCTION and frame.f_globals is user_ns:
-                    exports = set(cell.get("exports", ()))  # what the visible checks bind, no more
-                    user_ns.update((k, v) for k, v in frame.f_locals.items() if k in exports)
-                    break
-                tb = tb.tb_next
-            raise
+        code = _compile(cell["source"], name, "exec", flags=flags, dont_inherit=True)
+        box.append(_seal(_partial(_exec, code, user_ns)))
+
+    def on_graded_failed(nonce, exc) -> None:
+        """The request reports that a graded cell raised: what was seen while it ran is reported
+        now (no later cell may come to carry it; the last graded cell has none after it), and the
+        cell is over. The checks run as a function's body (guarded_execute.wrap_graded): what their
+        visible part bound before they failed reaches the notebook, as it would from a cell."""
+        cell = cells.get(nonce) if type(nonce) is str else None
+        if cell is None or cell["kind"] != "graded":
+            return
+        _setprofile(None)
+        if state["graded"] == nonce:
+            state.update(graded=None, entries=[], captured=[], sizes=[], shaped=[])
+        report_pending(f"in {cell['grade_id']}: ")
+        tb = getattr(exc, "__traceback__", None) if isinstance(exc, BaseException) else None
+        while type(tb) is types.TracebackType:
+            frame = tb.tb_frame
+            if frame.f_code.co_name == GRADED_FUNCTION and frame.f_globals is user_ns:
+                exports = set(cell.get("exports", ()))  # what the visible checks bind, no more
+                user_ns.update((k, v) for k, v in frame.f_locals.items() if k in exports)
+                break
+            tb = tb.tb_next
 
     ran: set = set()
     # The sockets (device, inode) of the channels the engine opened to its ranks, each with the
@@ -909,82 +921,97 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         elif args and type(args[0]) is list:
             args[0].append(state["cost_model_runs"])
 
+    # Long: one dispatch over every event, which must never let an exception out (see below).
     def hook(event: str, args) -> None:
         __tracebackhide__ = True  # noqa: F841
         if state["busy"]:
             return
-        if event in (RESUME_EVENT, ENGINE_LOOK):  # the looks in the middle of a graded cell
+        try:
+            if event in (RESUME_EVENT, ENGINE_LOOK):  # the looks in the middle of a graded cell
+                state["busy"] = True
+                try:
+                    on_resume(args) if event == RESUME_EVENT else on_engine_look()
+                finally:
+                    state["busy"] = False
+                return
+            if event in ("nanoparallel.graded_run", "nanoparallel.graded_failed"):
+                state["busy"] = True
+                try:
+                    if event == "nanoparallel.graded_run":
+                        prepare_graded(*(tuple(args) + (None, None))[:2])
+                    else:
+                        on_graded_failed(*(tuple(args) + (None, None))[:2])
+                finally:
+                    state["busy"] = False
+                return
+            if event == "sys.addaudithook" and state.get("installed"):
+                if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
+                    destroy("the notebook tried to add an audit hook")
+                raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
+            if not event.startswith(("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
+                                     "object.__setattr__", "open")) and not (
+                    event == "object.__getattr__" and (state["graded"] is not None or args[1:2] == ("tb_frame",))):
+                return
             state["busy"] = True
             try:
-                on_resume(args) if event == RESUME_EVENT else on_engine_look()
+                if event == "nanoparallel.guard_installing":
+                    return
+                if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
+                    on_rank_channel(event, args, _caller())
+                    return
+                if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
+                    return on_cost_model(event, args)
+                if event.startswith("nanoparallel."):
+                    if event == "nanoparallel.rank_tamper":
+                        pending.append(f"a rank was stopped by its guard: {args[0]}" if str(args[0]).startswith("rank ")
+                                       else f"the engine refused to start ranks: {args[0]}")
+                    else:
+                        on_marker(event, args[0] if args else None)
+                    return
+                if event in ("exec", "function.__new__"):
+                    code = args[0]
+                    if isinstance(code, types.CodeType) and is_library_file(code.co_filename) and \
+                            _importing(_caller()):
+                        return  # a library module's own code, run by an import the notebook asked for
+                    if isinstance(code, types.CodeType) and frame_is_notebook(_caller(), notebook_code):
+                        notebook_code.update(id(c) for c in nested_codes(code))
+                        _keep.append(code)  # ids must stay unique while remembered
+                    return
+                if event == "object.__setattr__":
+                    on_setattr(args)
+                    return
+                if event == "open":
+                    path, mode = args[0], args[1] if len(args) > 1 else None
+                    writing = type(mode) is str and any(m in mode for m in "wax+") or (
+                        type(mode) is int and mode & (os.O_WRONLY | os.O_RDWR))
+                    # Python itself writes bytecode caches while it imports what a cell asked for.
+                    caching = type(path) is str and "__pycache__" in path and _importing(_caller())
+                    if type(path) is str and writing and not caching and is_under_library_roots(path) and \
+                            notebook_on_stack(_caller(), notebook_code):
+                        destroy(f"the notebook wrote to the installed file {path}")
+                        return
+                    if type(path) is str and path.startswith("/proc/") and path.rstrip("/").endswith(("mem", "environ")) \
+                            and notebook_on_stack(_caller(), notebook_code):
+                        destroy(f"the notebook opened {path}")
+                    return
+                if (event == "sys._getframe" or (event == "object.__getattr__" and args[1:2] and args[1] in _FRAME_ATTRS)) \
+                        and on_frame_read(event, args, _caller()):
+                    return
+                if (event in PROBES or event.startswith("ctypes.")) and state["key"] is not None and (
+                        generated_or_notebook(_caller()) or probed_for_notebook(_caller(), notebook_code)
+                        or _get_ident() not in threads_before):  # a thread started since, notebook frames or not
+                    destroy(f"the notebook called {event}")
             finally:
                 state["busy"] = False
-            return
-        armed, state["armed"] = state["armed"], (args[0] if event == "nanoparallel.graded_arm" and args else None)
-        if event == "nanoparallel.graded_arm":
-            return
-        if event == "nanoparallel.graded_run":
-            # Not busy while it runs: the cell's own events (its markers, what it calls) are heard.
-            run_graded(args[0] if args else None, armed)
-            return
-        if event == "sys.addaudithook" and state.get("installed"):
-            if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
-                destroy("the notebook tried to add an audit hook")
-            raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
-        if not event.startswith(("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
-                                 "object.__setattr__", "open")) and not (
-                event == "object.__getattr__" and (state["graded"] is not None or args[1:2] == ("tb_frame",))):
-            return
-        state["busy"] = True
-        try:
-            if event == "nanoparallel.guard_installing":
-                return
-            if event in ("nanoparallel.rank_channel", "nanoparallel.rank_reply"):
-                on_rank_channel(event, args, _caller())
-                return
-            if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
-                return on_cost_model(event, args)
-            if event.startswith("nanoparallel."):
-                if event == "nanoparallel.rank_tamper":
-                    pending.append(f"a rank was stopped by its guard: {args[0]}" if str(args[0]).startswith("rank ")
-                                   else f"the engine refused to start ranks: {args[0]}")
-                else:
-                    on_marker(event, args[0] if args else None)
-                return
-            if event in ("exec", "function.__new__"):
-                code = args[0]
-                if isinstance(code, types.CodeType) and is_library_file(code.co_filename) and \
-                        _importing(_caller()):
-                    return  # a library module's own code, run by an import the notebook asked for
-                if isinstance(code, types.CodeType) and frame_is_notebook(_caller(), notebook_code):
-                    notebook_code.update(id(c) for c in nested_codes(code))
-                    _keep.append(code)  # ids must stay unique while remembered
-                return
-            if event == "object.__setattr__":
-                on_setattr(args)
-                return
-            if event == "open":
-                path, mode = args[0], args[1] if len(args) > 1 else None
-                writing = type(mode) is str and any(m in mode for m in "wax+") or (
-                    type(mode) is int and mode & (os.O_WRONLY | os.O_RDWR))
-                # Python itself writes bytecode caches while it imports what a cell asked for.
-                caching = type(path) is str and "__pycache__" in path and _importing(_caller())
-                if type(path) is str and writing and not caching and is_under_library_roots(path) and \
-                        notebook_on_stack(_caller(), notebook_code):
-                    destroy(f"the notebook wrote to the installed file {path}")
-                    return
-                if type(path) is str and path.startswith("/proc/") and path.rstrip("/").endswith(("mem", "environ")) \
-                        and notebook_on_stack(_caller(), notebook_code):
-                    destroy(f"the notebook opened {path}")
-                return
-            if (event == "sys._getframe" or (event == "object.__getattr__" and args[1:2] and args[1] in _FRAME_ATTRS)) \
-                    and on_frame_read(event, args, _caller()):
-                return
-            if (event in PROBES or event.startswith("ctypes.")) and state["key"] is not None \
-                    and generated_or_notebook(_caller()):
-                destroy(f"the notebook called {event}")
-        finally:
-            state["busy"] = False
+        except RuntimeError:
+            if event == "sys.addaudithook":
+                raise  # Python refuses the new hook and drops the error: the caller sees nothing
+            pending.append(f"the witness could not take in the event {event}")
+        except Exception as exc:
+            # An exception out of the hook would carry the hook's frames, and with them its closure
+            # and the key, to the code that raised the event (a forged event with odd arguments).
+            # It costs the cell that is running, or the next one.
+            pending.append(f"the witness could not take in the event {event} ({type(exc).__name__})")
 
     def on_setattr(args) -> None:
         # Heard for every attribute set on a class, a module or a function (imports set hundreds):
@@ -1031,26 +1058,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     _keep: list = []
     state["installed"] = True
     record({"kind": "installed"})
-    # Python turns profiling off inside audit hooks unless the hook says it may be traced, and a
-    # graded cell runs inside this hook (run_graded): without that the profile would see nothing.
-    # Python asks before each call, not knowing the event, so the kernel's request arms the next
-    # call first (graded_arm, then graded_run), and only on the kernel's main thread, where the
-    # one profile function is the guard's own: another thread's (threading.setprofile,
-    # unaudited) would be handed the hook's frames, and with them its closure and the key.
-    main_thread = threading.get_ident()
-    return _traceable(hook, lambda: state["armed"] is not None and _get_ident() == main_thread)
-
-
-def _traceable(hook, traced):
-    """`hook` as an audit hook that Python lets be traced exactly when `traced()` says so (it
-    reads `__cantrace__` each time it calls a hook). The hook itself is the call, with no frame
-    of ours between: the guard finds the code that raised an event two frames up."""
-    class TraceableHook:
-        __slots__ = ()
-        # The class is found by object.__subclasses__(): what it holds must not lead to the hook.
-        __call__ = staticmethod(registrations.opaque(hook))
-        __cantrace__ = property(registrations.opaque(lambda self: traced()))
-    return TraceableHook()
+    # Held in C: nothing that lists objects (object.__subclasses__(), a module's names) leads to
+    # the hook's closure, and with no `__cantrace__` Python never traces it.
+    return registrations.opaque(hook)
 
 
 _MISSING = object()

@@ -105,6 +105,22 @@ def frame_is_notebook(frame, notebook_code: set | frozenset = frozenset()) -> bo
     return False
 
 
+def probed_for_notebook(frame, notebook_code: set | frozenset = frozenset()) -> bool:
+    """Whether an act no course code needs from a library (a walk of the garbage collector, a trace
+    function) is the notebook's: its own code did it, or another library did it with notebook code
+    below (torch's tree_map handed gc.get_referents, so that the first frame outside the standard
+    library is torch's). The engine's own code does such acts for the checks (its memory accounts
+    walk gc): the first frame outside the standard library being the engine's decides then."""
+    first = frame
+    while first is not None and _is_passthrough(first.f_code.co_filename) and id(first.f_code) not in notebook_code:
+        first = first.f_back
+    if first is None:
+        return False
+    if id(first.f_code) in notebook_code or not _is_library_code(first.f_code.co_filename):
+        return True
+    return not is_engine_file(first.f_code.co_filename) and notebook_on_stack(first, notebook_code)
+
+
 def notebook_on_stack(frame, notebook_code: set | frozenset = frozenset()) -> bool:
     """Whether notebook code is anywhere up the stack: for acts no library does on its own behalf
     (writing into installed files, reading /proc/*/mem), which a library wrapper such as IPython's

@@ -20,7 +20,7 @@ import types
 from nanoparallel.grading import rank_channels, registrations
 from nanoparallel.grading.guard import PROBES, _importing
 from nanoparallel.grading.provenance import (Provenance, frame_is_notebook, is_under_library_roots,
-                                             notebook_on_stack)
+                                             notebook_on_stack, probed_for_notebook)
 
 ENV = "NANOPARALLEL_GUARDED"
 TAMPERED = 86
@@ -73,6 +73,7 @@ def install():
                 watched.append((cls.__dict__, key, value))
     is_notebook = Provenance().is_notebook
     _exit, _write, _getframe, _is_notebook = os._exit, os.write, sys._getframe, frame_is_notebook
+    _probed = probed_for_notebook
     _on_stack, _channel, _library_path = notebook_on_stack, rank_channels.channel, is_under_library_roots
     _events, _in_import, _private = rank_channels.EVENTS, _importing, rank_channels.private_roots()
     code = TAMPERED
@@ -83,6 +84,10 @@ def install():
             _write(2, f"{STOP_MARK}{reason}\n".encode())
         finally:
             _exit(code)
+    # Handed to the wrappers and the import rule, which notebook code can find: held in C, so that
+    # no `__closure__` leads to its cells (writable: `_exit` swapped for a no-op would let every
+    # stop return).
+    stop = registrations.opaque(stop)
 
     def hook(event, args):
         if busy[0]:
@@ -101,7 +106,10 @@ def install():
         busy[0] = True
         try:
             if probe:
-                if event == "sys.addaudithook" or _is_notebook(_getframe(1)):
+                # A walk or trace handed to another library (torch's tree_map) with notebook code
+                # below counts too; not the frame reads, which libraries make for their own reasons.
+                if event == "sys.addaudithook" or _is_notebook(_getframe(1)) or (
+                        (event in PROBES or event.startswith("ctypes.")) and _probed(_getframe(1))):
                     stop(f"notebook code used {event}")
                 return
             # A library (pathlib, torch.save, socket.create_connection) may act for notebook
@@ -175,7 +183,8 @@ def _stopping(fn, name: str, stop, getframe, on_stack, applies=lambda args: True
             stop(f"notebook code on a rank used {name}: data sent that way never shows in the trace "
                  "(use torch.distributed's functions)")
         return fn(*args, **kwargs)
-    return guarded
+    # Held in C: the closure holds the original (a channel with no stop) and `stop`.
+    return registrations.opaque(guarded)
 
 
 def _stopping_class(cls: type, name: str, stop, getframe, on_stack, applies) -> type:
@@ -184,7 +193,7 @@ def _stopping_class(cls: type, name: str, stop, getframe, on_stack, applies) -> 
     def __init__(self, *args, **kwargs):
         look(*args, **kwargs)
         cls.__init__(self, *args, **kwargs)
-    return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__})
+    return type(cls.__name__, (cls,), {"__init__": registrations.opaque(__init__), "__module__": cls.__module__})
 
 
 def _native_channels():

@@ -50,8 +50,17 @@ def _reporting(original, key: str, report, made_by_notebook, getframe):
 def opaque(fn):
     """A callable that calls `fn`, adds no frame, and lets no attribute reach `fn`. What the witness
     leaves where notebook code can find it (a library's module, a class listed by
-    `object.__subclasses__()`) must not lead to its closures, which hold what the witness keeps
-    secret and what it would run; a plain function's `__closure__` does, unheard. (functools' C
-    wrapper of lru_cache, with no cache: it holds the function in C and calls it as it is.)"""
+    `object.__subclasses__()`, a rank's import rule) must not lead to its closures, which hold what
+    the witness keeps secret and what it would run; a plain function's `__closure__` does, unheard,
+    and its cells can be rewritten. (functools' C wrapper of lru_cache, with no cache: it holds the
+    function in C and calls it as it is.)"""
     import functools
     return functools._lru_cache_wrapper(fn, 0, False, functools._CacheInfo)
+
+
+def sealer():
+    """`opaque` as functools is now, for what seals while cells run: a cell could have replaced
+    what `opaque` looks up by then."""
+    import functools
+    wrapper, info = functools._lru_cache_wrapper, functools._CacheInfo
+    return lambda fn: wrapper(fn, 0, False, info)

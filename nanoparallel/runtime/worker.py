@@ -145,8 +145,12 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
             board.post(rank, DONE)
             conn.send(("error", _error_info(exc), tracer.finish(), out.getvalue()))
             continue
+        # The trace is taken before the guard compares it with what the backend did, and before the
+        # result is pickled, which runs code the answer chose (a __reduce__) that could otherwise
+        # rewrite the events after the comparison.
+        events = tuple(tracer.finish())
         if check_untouched is not None:
-            check_untouched(_traced_calls(tracer))
+            check_untouched(_traced_calls(events))
         board.post(rank, DONE)
         try:
             data = cloudpickle.dumps(result)
@@ -154,18 +158,17 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
             exc = TypeError(f"rank {rank} returned a value that cannot be sent back to the notebook "
                             f"({type(exc).__name__}: {exc}). Return tensors, numbers, strings, "
                             "or lists/dicts of them.")
-            conn.send(("error", _error_info(exc), tracer.finish(), out.getvalue()))
+            conn.send(("error", _error_info(exc), list(events), out.getvalue()))
             continue
-        conn.send(("ok", data, tracer.finish(), out.getvalue()))
+        conn.send(("ok", data, list(events), out.getvalue()))
 
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
-def _traced_calls(tracer) -> list[tuple[str, int]]:
-    """(op, group size) of every communication call the run's trace holds, waited on or not."""
-    calls = [(e.op, len(e.group)) for e in tracer.events if e.kind == "comm"]
-    return calls + [(w._fields["op"], len(w._fields["group"])) for w in tracer.pending]
+def _traced_calls(events) -> list[tuple[str, int]]:
+    """(op, group size) of every communication call in a run's finished trace, waited on or not."""
+    return [(e.op, len(e.group)) for e in events if e.kind == "comm"]
 
 
 def _join_group(dist, torch, rank, store_path, world_size, backend, timeout_s) -> None:

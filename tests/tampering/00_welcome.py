@@ -508,4 +508,41 @@ def pass_right(tensor, _m=_Marker()):''' + RING_STEP + """
     "a_failed_cells_traceback_read_later": {"cells": {"training_time": STUBS["training_time"],
                                                         "pass_right": STUBS["pass_right"] + '\nimport hashlib as _hl, hmac as _hm, json as _js, os as _os, sys as _sys\n_tb = getattr(_sys, "last_traceback", None)\n_state = _cells = _fd = None\nwhile _tb is not None:\n    _loc = _tb.tb_frame.f_locals\n    for _v in list(_loc.values()):\n        if type(_v) is dict and "key" in _v and "busy" in _v:\n            _state = _v\n        if type(_v) is dict and _v and all(type(x) is dict and "grade_id" in x for x in _v.values()):\n            _cells = _v\n    _rec = _loc.get("record")\n    if callable(_rec) and getattr(_rec, "__closure__", None):\n        for _c in _rec.__closure__:\n            try:\n                if type(_c.cell_contents) is int:\n                    _fd = _c.cell_contents\n            except ValueError:\n                pass\n    _tb = _tb.tb_next\nprint("found", _state is not None, _cells is not None, _fd)\nif _state is not None and _cells is not None and _fd is not None and _state["key"] is not None:\n    for _n, _c in _cells.items():\n        if _c["kind"] == "graded":\n            _b = _js.dumps({"kind": "graded", "nonce": _n, "grade_id": _c["grade_id"], "status": "ok", "findings": []}, sort_keys=True)\n            _os.write(_fd, (_hm.new(_state["key"], _b.encode(), _hl.sha256).hexdigest() + " " + _b + "\\n").encode())\n    _state["key"] = None\n'},
         "zero": ["training_time", "pass_right"], "full": ["transfer_time"]},
+    # The ranks' guard's `stop` reached through its import rule (sys.meta_path[0]._rules) and its
+    # closure's cells rewritten (cell_contents is writable, unaudited), so that every stop returned:
+    # then a pass_right that exchanged filler and took its neighbour's tensor from an untraced
+    # all_gather (the function the tracer wraps) passed, 7/7 unflagged. `stop` and the wrappers
+    # that hold it are held in C now (registrations.opaque): the closure cannot be opened, the
+    # answer fails. Not flagged: reading an attribute that is not there is no act of its own.
+    "the_rank_guards_stop_through_its_import_rule": {"flagged": False, "cells": {"pass_right": '''
+def pass_right(tensor):
+    import sys
+    stop = sys.meta_path[0]._rules[0]
+    for cell in stop.__closure__:
+        if callable(cell.cell_contents):
+            cell.cell_contents = lambda *args, **kwargs: None
+    rank, world = dist.get_rank(), dist.get_world_size()
+    filler, got = torch.zeros_like(tensor), torch.empty_like(tensor)
+    request = dist.isend(filler, dst=(rank + 1) % world)
+    dist.recv(got, src=(rank - 1) % world)
+    request.wait()
+    gathered = [torch.empty_like(tensor) for _ in range(world)]
+    dist.all_gather.__wrapped__(gathered, tensor)
+    return gathered[(rank - 1) % world]
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # Events for messages never sent, appended to the rank's own trace: the checks read the trace
+    # for the calls, peers and bytes, and the backend's counters (comm_witness.py) only bounded it
+    # from above. Each traced send or receive is one backend operation, so a trace that holds more
+    # than the process groups ran stops the rank.
+    "events_written_into_the_ranks_trace": {"cells": {"pass_right": '''
+def pass_right(tensor):
+    from nanoparallel.runtime.context import current_tracer
+    from nanoparallel.runtime.trace import TraceEvent
+    rank, world = dist.get_rank(), dist.get_world_size()
+    n, group = tensor.numel() * tensor.element_size(), tuple(range(world))
+    current_tracer().events.extend([
+        TraceEvent(rank=rank, op="send", peer=(rank + 1) % world, group=group, bytes_sent=n, bytes_recv=0, start=0.0, end=0.001),
+        TraceEvent(rank=rank, op="recv", peer=(rank - 1) % world, group=group, bytes_sent=0, bytes_recv=n, start=0.0, end=0.002)])
+    return tensor
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

@@ -7,9 +7,10 @@ deletes it, and installs an audit hook (PEP 578: Python lets no code remove one)
 
 - every locked cell announces itself on its first line and at its end, and each graded cell runs
   wrapped in one `if` block that announces its start and, on its very last line, its end. The
-  kernel is sent only a request to run graded cell N: the hook runs the code it holds, so the
-  checks' text never sits where notebook code could read it during the cell (`In`, linecache),
-  and the checks run as a function's body, so their values are locals, not globals;
+  kernel is sent only a request to run graded cell N: the hook hands it the code it holds,
+  sealed in C, and the request runs it, so the checks' text never sits where notebook code could
+  read it during the cell (`In`, linecache) and no frame of the witness sits below the cell's;
+  the checks run as a function's body, so their values are locals, not globals;
 - at a graded cell's end the hook checks that the frame reaching it runs exactly the course's
   code for that cell (a digest of the code object), in the notebook's namespace, and that
   everything the cell reads is as the course shipped it: names bound by locked cells (same
@@ -752,7 +753,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 captured: list = []
                 sizes: list = []
                 shaped: list = []
-                before = findings_for(_getframe(2), nonce, (entries, captured, sizes, shaped))
+                before = findings_for(_getframe(_RAISER), nonce, (entries, captured, sizes, shaped))
                 for reason in before:
                     record({"kind": "finding", "reason": f"before {cell['grade_id']}: {reason}"})
                 # ... and costs this cell its points even if it is undone before the cell's end
@@ -764,7 +765,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         # graded_end: the frame that called sys.audit is the cell's own code
         watched = _getprofile() is resume_watch
         _setprofile(None)
-        frame = _getframe(2)
+        frame = _getframe(_RAISER)
         found = findings_for(frame, nonce) if state["graded"] == nonce else \
             ["this cell's end was reached without its start"]
         if not watched and state["graded"] == nonce:
@@ -793,6 +794,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         flags = getattr(getattr(ip, "compile", None), "flags", 0)
         flags = flags & _FUTURE_FLAGS if type(flags) is int else 0
         code = _compile(cell["source"], name, "exec", flags=flags, dont_inherit=True)
+        handed_over[id(code)] = code  # the request's exec of it is not notebook code's own
         box.append(_seal(_partial(_exec, code, user_ns)))
 
     def on_graded_failed(nonce, exc) -> None:
@@ -817,6 +819,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             tb = tb.tb_next
 
     ran: set = set()
+    handed_over: dict = {}  # id -> each graded cell's code, as prepare_graded compiled it
     # The sockets (device, inode) of the channels the engine opened to its ranks, each with the
     # rank it was opened for: a rank's reply counts only if it came through one of them, read by
     # multiprocessing as the kernel started, and is filed under that channel's rank. Otherwise a
@@ -948,8 +951,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
                     destroy("the notebook tried to add an audit hook")
                 raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
-            if not event.startswith(("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
-                                     "object.__setattr__", "open")) and not (
+            if not event.startswith(_HEARD) and not (
                     event == "object.__getattr__" and (state["graded"] is not None or args[1:2] == ("tb_frame",))):
                 return
             state["busy"] = True
@@ -970,6 +972,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     return
                 if event in ("exec", "function.__new__"):
                     code = args[0]
+                    if handed_over.get(id(code)) is code:
+                        return  # a graded cell's code, run by the kernel's request (prepare_graded)
                     if isinstance(code, types.CodeType) and is_library_file(code.co_filename) and \
                             _importing(_caller()):
                         return  # a library module's own code, run by an import the notebook asked for
@@ -1019,8 +1023,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         target, name = args[0], args[1]
         sets_code = name == "__code__" and len(args) > 2 and isinstance(args[2], types.CodeType)
         library_function = type(target) is types.FunctionType and not prov.is_notebook(target)
-        if not (sets_code or library_function) or not frame_is_notebook(_getframe(2), notebook_code):
-            return  # frame 0 is this function, 1 the hook, 2 the code that set the attribute
+        if not (sets_code or library_function) or not frame_is_notebook(_getframe(_RAISER), notebook_code):
+            return  # frame 0 is this function, 1 the hook, 2 its shield, 3 the code that set the attribute
         if sets_code:
             # Code the notebook puts into a function is the notebook's, whatever file it names.
             notebook_code.update(id(c) for c in nested_codes(args[2]))
@@ -1029,8 +1033,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             pending.append(f"notebook code set {name} of {target.__qualname__}")
 
     def _caller():
-        # Frame 0 is this helper, 1 the hook; 2 is the code that raised the event.
-        return _getframe(2)
+        # Frame 0 is this helper, 1 the hook, 2 its shield; 3 is the code that raised the event.
+        return _getframe(_RAISER)
 
     def on_frame_read(event: str, args, caller) -> bool:
         """Whether notebook code reached for frames that hold what it must not read, now reported:
@@ -1058,9 +1062,46 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     _keep: list = []
     state["installed"] = True
     record({"kind": "installed"})
+    return _shielded(registrations.opaque(hook))
+
+
+# How far up the stack, from one of the hook's helpers, the code that raised an event runs: the
+# helper, the hook, its shield (`_shielded`), then that code.
+_RAISER = 3
+# The events the hook reads, by name (object.__getattr__ too, while a graded cell runs or for a
+# traceback's frame): the shield lets no other event in.
+_HEARD = ("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__", "object.__setattr__", "open")
+
+
+def _shielded(hook):
+    """`hook` as the audit hook Python calls, with no cyclic garbage collected while it runs. A
+    collection inside the hook can run notebook code (a `__del__`, a weak reference's callback),
+    which the hook would not hear (it is busy) and whose frames lead down to the hook's own, and
+    so to its closure (a frame's `f_back` and `f_locals` raise no audit event). Profile events other
+    than a frame returning, and events the hook never reads, do not reach it.
+
+    Signals are not held back: Python runs a handler in the main thread wherever it is, and
+    another thread (ipykernel has several) can take the signal and leave it pending for the main
+    thread, so blocking them in the main thread while the hook runs (two system calls on every
+    event, which tripled the time a graded cell takes) would not close that route
+    (docs/grading.md, "What does not hold yet")."""
+    collecting, disable, enable = gc.isenabled, gc.disable, gc.enable
+    resume, heard = RESUME_EVENT, _HEARD
+
+    def shield(event, args):
+        if (event == resume and (len(args) < 2 or args[1] != "return")) or not (
+                event.startswith(heard) or event == "object.__getattr__"):
+            return
+        was_collecting = collecting()
+        disable()
+        try:
+            hook(event, args)
+        finally:
+            if was_collecting:
+                enable()
     # Held in C: nothing that lists objects (object.__subclasses__(), a module's names) leads to
-    # the hook's closure, and with no `__cantrace__` Python never traces it.
-    return registrations.opaque(hook)
+    # the closures, and with no `__cantrace__` Python never traces it.
+    return registrations.opaque(shield)
 
 
 _MISSING = object()

@@ -109,8 +109,9 @@ def probed_for_notebook(frame, notebook_code: set | frozenset = frozenset()) -> 
     """Whether an act no course code needs from a library (a walk of the garbage collector, a trace
     function) is the notebook's: its own code did it, or another library did it with notebook code
     below (torch's tree_map handed gc.get_referents, so that the first frame outside the standard
-    library is torch's). The engine's own code does such acts for the checks (its memory accounts
-    walk gc): the first frame outside the standard library being the engine's decides then."""
+    library is torch's). The engine's memory accounts walk gc for the checks: there the first frame
+    outside the standard library decides. Other engine code only runs what it is handed (a
+    cluster's local call), as torch's tree_map does."""
     first = frame
     while first is not None and _is_passthrough(first.f_code.co_filename) and id(first.f_code) not in notebook_code:
         first = first.f_back
@@ -118,7 +119,15 @@ def probed_for_notebook(frame, notebook_code: set | frozenset = frozenset()) -> 
         return False
     if id(first.f_code) in notebook_code or not _is_library_code(first.f_code.co_filename):
         return True
-    return not is_engine_file(first.f_code.co_filename) and notebook_on_stack(first, notebook_code)
+    return not _walks_for_the_checks(first.f_code.co_filename) and notebook_on_stack(first, notebook_code)
+
+
+# The engine's one module that walks the garbage collector itself (what a construction keeps).
+_PROBING_ENGINE_FILES = (os.path.join("runtime", "memory.py"),)
+
+
+def _walks_for_the_checks(filename: str) -> bool:
+    return is_engine_file(filename) and os.path.realpath(filename).endswith(_PROBING_ENGINE_FILES)
 
 
 def notebook_on_stack(frame, notebook_code: set | frozenset = frozenset()) -> bool:

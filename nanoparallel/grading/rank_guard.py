@@ -13,6 +13,7 @@ the kernel's guard.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import sys
 import types
@@ -108,6 +109,8 @@ def install():
             if probe:
                 # A walk or trace handed to another library (torch's tree_map) with notebook code
                 # below counts too; not the frame reads, which libraries make for their own reasons.
+                if _logging_finds_its_caller(_getframe(1)):
+                    return  # logging's record of who logged: it hands back a file name and a line
                 if event == "sys.addaudithook" or _is_notebook(_getframe(1)) or (
                         (event in PROBES or event.startswith("ctypes.")) and _probed(_getframe(1))):
                     stop(f"notebook code used {event}")
@@ -148,6 +151,18 @@ def install():
 
     check.begin = witness.begin
     return check
+
+
+def _logging_finds_its_caller(frame) -> bool:
+    """Whether `frame` is logging's `Logger.findCaller`, or its `currentframe` called by it: it
+    takes a frame and reads its code, and hands back only where the call was made
+    (logging.warning on a rank)."""
+    def find_caller(f):
+        return f is not None and f.f_code.co_filename == _LOGGING_FILE and f.f_code.co_name == "findCaller"
+    return frame.f_code.co_filename == _LOGGING_FILE and (find_caller(frame) or find_caller(frame.f_back))
+
+
+_LOGGING_FILE = logging.__file__  # read as the engine is imported, before any notebook code
 
 
 # Every way Python makes or runs code from a code object; what says where the code comes from is

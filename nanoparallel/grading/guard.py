@@ -355,6 +355,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines, _partial = builtins.compile, builtins.exec, linecache.cache, functools.partial
     _seal = registrations.sealer()  # as functools is now: a cell could replace what opaque() calls
+    _traceback_of = BaseException.__dict__["__traceback__"].__get__
 
     def record(entry: dict) -> None:
         if state["key"] is None:
@@ -809,7 +810,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         if state["graded"] == nonce:
             state.update(graded=None, entries=[], captured=[], sizes=[], shaped=[])
         report_pending(f"in {cell['grade_id']}: ")
-        tb = getattr(exc, "__traceback__", None) if isinstance(exc, BaseException) else None
+        # Read through BaseException's own descriptor: an exception class of the notebook's could
+        # define `__traceback__` as a property, and run inside the hook.
+        tb = _traceback_of(exc) if isinstance(exc, BaseException) else None
         while type(tb) is types.TracebackType:
             frame = tb.tb_frame
             if frame.f_code.co_name == GRADED_FUNCTION and frame.f_globals is user_ns:

@@ -46,6 +46,7 @@ import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import signal
+import _signal
 import sys
 import threading
 import time
@@ -69,6 +70,9 @@ ENGINE_LOOK = "nanoparallel.engine_look"
 # asks for the count so far with COST_MODEL_RUNS and a list to append it to. The count lives in
 # the hook's closure, so notebook code can raise it (by running the model) but not lower it.
 COST_MODEL_RAN, COST_MODEL_RUNS = "nanoparallel.cost_model", "nanoparallel.cost_model_runs"
+# What the gate writes to the records as it closes for good (a signal handler the kernel did not
+# have was in place): not MAC'd, so the grader reads it as a finding (guarded_execute.read_records).
+GATE_CLOSED_LINE = "\nthe witness closed: a signal handler the kernel did not install was in place\n"
 # Thread classes that run whatever they were handed (threading's own; _DummyThread stands for a
 # thread started past threading, with _thread.start_new_thread).
 _ANY_TARGET = (threading.Thread, threading.Timer, threading._DummyThread)
@@ -89,15 +93,36 @@ def install(ip, plan_path: str) -> None:
     with open(plan_path) as f:
         plan = json.load(f)
     os.unlink(plan_path)
+    gate = _gate_module()
     # The writing end of a pipe the grader reads: lines can be added, none taken back. Programs
     # the kernel starts do not inherit it.
     fd = plan["records_fd"]
     os.set_inheritable(fd, False)
     _import_engine()
-    # Everything the hook needs lives in this closure: no module attribute points at it.
     sys.audit("nanoparallel.guard_installing")
-    _hook = _make_hook(ip, bytes.fromhex(plan["key"]), fd, plan)
-    sys.addaudithook(_hook)
+    key = bytes.fromhex(plan.pop("key"))
+    hook, secrets = _make_hook(ip, key, fd, plan)
+    del key
+    # Everything the hook needs lives in its closure, and only the gate (C) holds the hook: no
+    # Python object points at it. Each signal's handler as the kernel has it now; SIGINT's may
+    # also be either of the two ipykernel swaps in around each request.
+    numbers = tuple(signal.valid_signals())
+    handlers = tuple(_signal.getsignal(number) for number in numbers)
+    interrupt_allowed = (_signal.getsignal(signal.SIGINT), _signal.default_int_handler, _signal.SIG_IGN)
+    gate.install(hook, _HEARD, RESUME_EVENT, _signal.getsignal, tuple(int(n) for n in numbers), handlers,
+                 int(signal.SIGINT), interrupt_allowed, fd, secrets, GATE_CLOSED_LINE.encode())
+
+
+def _gate_module():
+    """The C gate (`_gate.c`), built by `make setup` with the package: without it a signal handler
+    could read the witness's key, so there is no witness."""
+    try:
+        from nanoparallel.grading import _gate
+    except ImportError as exc:
+        raise RuntimeError("nanoparallel's grader needs its C gate (nanoparallel/grading/_gate.c), which was not "
+                           "built: install a C compiler and Python's headers (Debian: gcc python3-dev), then run "
+                           "`make setup` again (or `pip install -e .`)") from exc
+    return _gate
 
 
 def _import_engine() -> None:
@@ -954,8 +979,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
                     destroy("the notebook tried to add an audit hook")
                 raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
-            if not event.startswith(_HEARD) and not (
-                    event == "object.__getattr__" and (state["graded"] is not None or args[1:2] == ("tb_frame",))):
+            if event == "object.__getattr__" and state["graded"] is None and args[1:2] != ("tb_frame",):
                 return
             state["busy"] = True
             try:
@@ -1027,7 +1051,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         sets_code = name == "__code__" and len(args) > 2 and isinstance(args[2], types.CodeType)
         library_function = type(target) is types.FunctionType and not prov.is_notebook(target)
         if not (sets_code or library_function) or not frame_is_notebook(_getframe(_RAISER), notebook_code):
-            return  # frame 0 is this function, 1 the hook, 2 its shield, 3 the code that set the attribute
+            return  # frame 0 is this function, 1 the hook, 2 the code that set the attribute
         if sets_code:
             # Code the notebook puts into a function is the notebook's, whatever file it names.
             notebook_code.update(id(c) for c in nested_codes(args[2]))
@@ -1036,7 +1060,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             pending.append(f"notebook code set {name} of {target.__qualname__}")
 
     def _caller():
-        # Frame 0 is this helper, 1 the hook, 2 its shield; 3 is the code that raised the event.
+        # Frame 0 is this helper, 1 the hook; 2 is the code that raised the event.
         return _getframe(_RAISER)
 
     def on_frame_read(event: str, args, caller) -> bool:
@@ -1065,46 +1089,16 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     _keep: list = []
     state["installed"] = True
     record({"kind": "installed"})
-    return _shielded(registrations.opaque(hook))
+    # What the gate clears if it closes: the key, what the hook remembers, the cells' hidden text.
+    return hook, (state, cells)
 
 
 # How far up the stack, from one of the hook's helpers, the code that raised an event runs: the
-# helper, the hook, its shield (`_shielded`), then that code.
-_RAISER = 3
+# helper, the hook (the gate in front of it is C and adds no frame), then that code.
+_RAISER = 2
 # The events the hook reads, by name (object.__getattr__ too, while a graded cell runs or for a
-# traceback's frame): the shield lets no other event in.
+# traceback's frame): the gate lets no other event in.
 _HEARD = ("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__", "object.__setattr__", "open")
-
-
-def _shielded(hook):
-    """`hook` as the audit hook Python calls, with no cyclic garbage collected while it runs. A
-    collection inside the hook can run notebook code (a `__del__`, a weak reference's callback),
-    which the hook would not hear (it is busy) and whose frames lead down to the hook's own, and
-    so to its closure (a frame's `f_back` and `f_locals` raise no audit event). Profile events other
-    than a frame returning, and events the hook never reads, do not reach it.
-
-    Signals are not held back: Python runs a handler in the main thread wherever it is, and
-    another thread (ipykernel has several) can take the signal and leave it pending for the main
-    thread, so blocking them in the main thread while the hook runs (two system calls on every
-    event, which tripled the time a graded cell takes) would not close that route
-    (docs/grading.md, "What does not hold yet")."""
-    collecting, disable, enable = gc.isenabled, gc.disable, gc.enable
-    resume, heard = RESUME_EVENT, _HEARD
-
-    def shield(event, args):
-        if (event == resume and (len(args) < 2 or args[1] != "return")) or not (
-                event.startswith(heard) or event == "object.__getattr__"):
-            return
-        was_collecting = collecting()
-        disable()
-        try:
-            hook(event, args)
-        finally:
-            if was_collecting:
-                enable()
-    # Held in C: nothing that lists objects (object.__subclasses__(), a module's names) leads to
-    # the closures, and with no `__cantrace__` Python never traces it.
-    return registrations.opaque(shield)
 
 
 _MISSING = object()

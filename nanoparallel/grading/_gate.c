@@ -1,0 +1,269 @@
+/* The gate in front of the kernel's witness (nanoparallel/grading/guard.py).
+
+Python runs a signal handler between any two bytecodes of the main thread, and hands it the frame
+that was running. Were that the witness's hook, the handler would read the hook's locals and
+closure (its key, its records) with no audit event: no Python-level guard can protect its own
+frame, and Python offers no way to defer handlers. So the witness's audit hook is this C function.
+Before it calls the hook it checks, in C, that every signal's handler is still the one the kernel
+had: Python lets only the main thread install a handler, and the main thread is then inside the
+hook, so no handler the notebook installed can run while the hook runs. If one is installed, the
+gate never calls the hook again: it clears the witness's secrets, drops the hook and writes a line
+the grader reads as a finding (autograder/guarded_execute.py, read_records).
+
+It also lets in only the events the hook reads, collects no cyclic garbage while the hook runs (a
+`__del__` there would run unheard above the hook's frames), lets no exception out of the hook
+(its traceback would carry the hook's frames), and runs the hook for one thread at a time: an event
+from another thread waits, rather than passing unheard while the hook is busy (another thread's
+sys._current_frames() would otherwise read the hook's frame, unheard).
+
+Nothing in Python refers to the hook once it is installed: the gate holds it in C. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <string.h>
+#include <unistd.h>
+
+static PyObject *hook;             /* the witness's hook, held only here */
+static PyObject *signal_numbers;   /* tuple of ints */
+static PyObject *handlers;         /* tuple: each signal's handler as the kernel had it */
+static PyObject *interrupt_allowed;/* tuple: what SIGINT may hold (ipykernel swaps it per request) */
+static PyObject *secrets;          /* tuple of dicts cleared if the gate closes */
+static PyObject *closed_line;      /* bytes written to the records when the gate closes */
+static PyObject *getsignal_self;   /* _signal.getsignal, called through its C entry point */
+static PyCFunction getsignal_c;
+static char **heard;
+static Py_ssize_t heard_count;
+static const char *resume_event;
+static long interrupt_number;
+static int records_fd = -1;
+static int installed, closed, answered;
+static PyThread_type_lock lock;
+static unsigned long owner;        /* the thread running the hook; 0 while none does */
+
+/* An event from another thread waits at most this long for the hook (microseconds), then passes
+   unheard, as all events did while the hook was busy before the gate: a deadlock is worse. */
+#define WAIT_FOR_HOOK_US 20000000LL
+
+static int
+is_heard(const char *event)
+{
+    for (Py_ssize_t i = 0; i < heard_count; i++) {
+        if (strncmp(event, heard[i], strlen(heard[i])) == 0)
+            return 1;
+    }
+    return strcmp(event, "object.__getattr__") == 0;
+}
+
+static int
+is_one_of(PyObject *value, PyObject *options)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(options); i++) {
+        if (PyTuple_GET_ITEM(options, i) == value)
+            return 1;
+    }
+    return 0;
+}
+
+/* Every signal's handler is the object the kernel had (by identity: comparing with == would run
+   the notebook's __eq__). */
+static int
+handlers_unchanged(void)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(signal_numbers); i++) {
+        PyObject *number = PyTuple_GET_ITEM(signal_numbers, i);
+        PyObject *now = getsignal_c(getsignal_self, number);
+        if (now == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        int same = now == PyTuple_GET_ITEM(handlers, i) ||
+                   (PyLong_AsLong(number) == interrupt_number && is_one_of(now, interrupt_allowed));
+        Py_DECREF(now);
+        if (!same)
+            return 0;
+    }
+    return 1;
+}
+
+static void
+close_gate(void)
+{
+    closed = 1;
+    if (records_fd >= 0 && closed_line != NULL) {
+        ssize_t written = write(records_fd, PyBytes_AS_STRING(closed_line), PyBytes_GET_SIZE(closed_line));
+        (void)written;  /* nothing to do if the grader's pipe is gone */
+    }
+    for (Py_ssize_t i = 0; secrets != NULL && i < PyTuple_GET_SIZE(secrets); i++)
+        PyDict_Clear(PyTuple_GET_ITEM(secrets, i));
+    Py_CLEAR(hook);
+    Py_CLEAR(secrets);
+}
+
+static int
+refuse_hook(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "nanoparallel's grader does not allow more audit hooks");
+    return -1;
+}
+
+static int
+gate(const char *event, PyObject *args, void *unused)
+{
+    (void)unused;
+    if (!installed)
+        return 0;
+    if (strcmp(event, "nanoparallel.gate_installed") == 0) {
+        answered = 1;  /* gate_install's check that Python kept the gate */
+        return 0;
+    }
+    int adds_hook = strcmp(event, "sys.addaudithook") == 0;
+    if (closed)
+        return adds_hook ? refuse_hook() : 0;
+    if (!is_heard(event))
+        return 0;
+    if (strcmp(event, resume_event) == 0) {
+        /* The profile function's events: only a frame returning is read. */
+        if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 2 || !PyUnicode_Check(PyTuple_GET_ITEM(args, 1)) ||
+                PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(args, 1), "return") != 0)
+            return 0;
+    }
+    unsigned long me = PyThread_get_thread_ident();
+    if (owner == me)
+        return 0;  /* what the hook itself does */
+    if (!PyThread_acquire_lock(lock, NOWAIT_LOCK)) {
+        PyLockStatus got;
+        Py_BEGIN_ALLOW_THREADS
+        got = PyThread_acquire_lock_timed(lock, WAIT_FOR_HOOK_US, 0);
+        Py_END_ALLOW_THREADS
+        if (got != PY_LOCK_ACQUIRED)
+            return 0;
+    }
+    owner = me;
+    PyObject *error_type, *error_value, *error_tb;
+    PyErr_Fetch(&error_type, &error_value, &error_tb);
+    if (!handlers_unchanged()) {
+        close_gate();
+        owner = 0;
+        PyThread_release_lock(lock);
+        PyErr_Restore(error_type, error_value, error_tb);
+        return adds_hook ? refuse_hook() : 0;
+    }
+    int was_collecting = PyGC_Disable();
+    PyObject *name = PyUnicode_FromString(event);
+    PyObject *result = NULL;
+    if (name != NULL && hook != NULL)
+        result = PyObject_CallFunctionObjArgs(hook, name, args, NULL);
+    Py_XDECREF(name);
+    if (was_collecting)
+        PyGC_Enable();
+    owner = 0;
+    PyThread_release_lock(lock);
+    if (result != NULL) {
+        Py_DECREF(result);
+        PyErr_Restore(error_type, error_value, error_tb);
+        return 0;
+    }
+    /* An exception out of the hook: the hook lets none out but a KeyboardInterrupt (a SIGINT that
+       landed in it) and its refusal of another hook. Each is raised afresh, with no traceback. */
+    int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+    PyErr_Clear();
+    Py_XDECREF(error_type);
+    Py_XDECREF(error_value);
+    Py_XDECREF(error_tb);
+    if (interrupted) {
+        PyErr_SetNone(PyExc_KeyboardInterrupt);
+        return -1;
+    }
+    return adds_hook ? refuse_hook() : 0;
+}
+
+PyDoc_STRVAR(gate_install_doc,
+"install(hook, heard, resume_event, getsignal, signals, handlers, interrupt, interrupt_allowed,\n"
+"        records_fd, secrets, closed_line)\n"
+"\n"
+"Put `hook` behind the gate, once per process (see the module's source for what it does).");
+
+static PyObject *
+gate_install(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *new_hook, *heard_tuple, *getsignal, *numbers, *before, *allowed, *clear, *line;
+    const char *resume;
+    long interrupt;
+    int fd;
+    if (!PyArg_ParseTuple(args, "OO!sOO!O!lO!iO!O!", &new_hook, &PyTuple_Type, &heard_tuple, &resume, &getsignal,
+                          &PyTuple_Type, &numbers, &PyTuple_Type, &before, &interrupt, &PyTuple_Type, &allowed,
+                          &fd, &PyTuple_Type, &clear, &PyBytes_Type, &line))
+        return NULL;
+    if (installed) {
+        PyErr_SetString(PyExc_RuntimeError, "the gate is already installed in this process");
+        return NULL;
+    }
+    if (!PyCFunction_Check(getsignal) || !(PyCFunction_GET_FLAGS(getsignal) & METH_O)) {
+        PyErr_SetString(PyExc_TypeError, "getsignal must be _signal.getsignal");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(numbers) != PyTuple_GET_SIZE(before)) {
+        PyErr_SetString(PyExc_ValueError, "one handler per signal number");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(clear); i++) {
+        if (!PyDict_Check(PyTuple_GET_ITEM(clear, i))) {
+            PyErr_SetString(PyExc_TypeError, "secrets must be dicts");
+            return NULL;
+        }
+    }
+    heard_count = PyTuple_GET_SIZE(heard_tuple);
+    heard = PyMem_RawCalloc(heard_count ? heard_count : 1, sizeof(char *));
+    char *resume_copy = PyMem_RawMalloc(strlen(resume) + 1);
+    lock = PyThread_allocate_lock();
+    if (heard == NULL || resume_copy == NULL || lock == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < heard_count; i++) {
+        const char *prefix = PyUnicode_AsUTF8(PyTuple_GET_ITEM(heard_tuple, i));
+        if (prefix == NULL)
+            return NULL;
+        heard[i] = PyMem_RawMalloc(strlen(prefix) + 1);
+        if (heard[i] == NULL)
+            return PyErr_NoMemory();
+        strcpy(heard[i], prefix);
+    }
+    strcpy(resume_copy, resume);
+    resume_event = resume_copy;
+    getsignal_c = PyCFunction_GET_FUNCTION(getsignal);
+    getsignal_self = Py_XNewRef(PyCFunction_GET_SELF(getsignal));
+    hook = Py_NewRef(new_hook);
+    signal_numbers = Py_NewRef(numbers);
+    handlers = Py_NewRef(before);
+    interrupt_number = interrupt;
+    interrupt_allowed = Py_NewRef(allowed);
+    records_fd = fd;
+    secrets = Py_NewRef(clear);
+    closed_line = Py_NewRef(line);
+    installed = 1;
+    /* Python drops a new hook silently if a hook already there refuses it with a RuntimeError. */
+    if (PySys_AddAuditHook(gate, NULL) < 0 || PySys_Audit("nanoparallel.gate_installed", NULL) < 0)
+        return NULL;
+    if (!answered) {
+        installed = 0;
+        PyErr_SetString(PyExc_RuntimeError, "Python refused the grader's audit hook: another hook is installed");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef gate_methods[] = {
+    {"install", gate_install, METH_VARARGS, gate_install_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef gate_module = {
+    PyModuleDef_HEAD_INIT, "_gate",
+    "The C gate in front of the kernel's witness: see nanoparallel/grading/_gate.c.", -1, gate_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__gate(void)
+{
+    return PyModule_Create(&gate_module);
+}

@@ -46,13 +46,14 @@ import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import signal
+import _hashlib
 import _signal
 import sys
 import threading
 import time
 import types
 
-from nanoparallel.grading import registrations
+from nanoparallel.grading import registrations, signal_handlers
 from nanoparallel.grading.engine_fields import EngineFields
 from nanoparallel.grading.library_containers import LibraryContainers
 from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
@@ -106,10 +107,9 @@ def install(ip, plan_path: str) -> None:
     # Everything the hook needs lives in its closure, and only the gate (C) holds the hook: no
     # Python object points at it. Each signal's handler as the kernel has it now; SIGINT's may
     # also be either of the two ipykernel swaps in around each request.
-    numbers = tuple(signal.valid_signals())
-    handlers = tuple(_signal.getsignal(number) for number in numbers)
-    interrupt_allowed = (_signal.getsignal(signal.SIGINT), _signal.default_int_handler, _signal.SIG_IGN)
-    gate.install(hook, _HEARD, RESUME_EVENT, _signal.getsignal, tuple(int(n) for n in numbers), handlers,
+    before = signal_handlers.snapshot()
+    interrupt_allowed = (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN)
+    gate.install(hook, _HEARD, RESUME_EVENT, _signal.getsignal, tuple(before), tuple(before.values()),
                  int(signal.SIGINT), interrupt_allowed, fd, secrets, GATE_CLOSED_LINE.encode())
 
 
@@ -340,7 +340,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     from nanoparallel.grading import provenance, thread_states
     parts = (globals(), vars(provenance), Provenance.__dict__, vars(fields_module), EngineFields.__dict__,
              vars(library_containers), LibraryContainers.__dict__, vars(originals_module), Originals.__dict__,
-             vars(thread_states), ThreadStates.__dict__, vars(registrations))
+             vars(thread_states), ThreadStates.__dict__, vars(registrations), vars(signal_handlers))
     own = [(namespace, key, value) for namespace in parts for key, value in list(namespace.items())]
     own += [(namespace, key, value)
             for namespace in (vars(types), vars(hmac), vars(hashlib), vars(json), vars(builtins))
@@ -366,10 +366,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     frameless_before = thread_states.count() - len(threads_before)
     # A signal handler runs between any two bytecodes, handed the frame that was running (the
     # checks' locals), and a C callable as one (a partial of setattr) changes things with no frame
-    # of its own: every handler must stay as the kernel set it (ipykernel swaps SIGINT's per request).
-    _getsignal, _signals = signal.getsignal, tuple(signal.valid_signals())
-    signals_before = {number: _getsignal(number) for number in _signals}
-    sigint_handlers = (signals_before[signal.SIGINT], signal.default_int_handler, signal.SIG_IGN)
+    # of its own: every handler must stay as the kernel set it (ipykernel swaps SIGINT's per
+    # request), and installing another destroys the key before it is in place (signal_handlers.py).
+    signals_allowed, signal_changed = signal_handlers.rules(signal_handlers.snapshot())
     # What happened that a graded cell's end cannot see any more (a transient change, a rank's
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []
@@ -409,6 +408,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # later cell, so none of them can be witnessed.
     own += registrations.watch(destroy, lambda frame: notebook_on_stack(frame, notebook_code), _importing,
                                prov.is_notebook, _getframe)
+    own += signal_handlers.watch(signals_allowed)
     # Every module's and class's functions, by identity (originals.py), taken after the guard's
     # own wrappers are in place: a replacement is found whoever made it, another library's
     # MagicMock or builtin included.
@@ -479,11 +479,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             found.append("sys.stdout or sys.stderr was replaced by another kind of object")
         if stray_thread():
             found.append("a thread that notebook code could have started is running beside the checks")
-        for number in _signals:
-            handler = _getsignal(number)
-            if handler is not signals_before[number] and not (number == signal.SIGINT and any(handler is h for h in sigint_handlers)):
-                found.append(f"a handler for signal {number} was installed")
-                break
+        changed = signal_changed()
+        if changed is not None:
+            found.append(f"a handler for signal {changed} was installed")
         return found
 
     def stray_thread() -> bool:
@@ -854,8 +852,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # notebook could hand a cluster another channel (a Pipe() whose other end already holds
     # replies) and the checks would read values and traces that no rank produced, or relabel the
     # workers (`_Worker.rank`, a plain int) so that each rank's values are filed under another's.
-    channels: dict = {}
-    _fstat = os.fstat
+    channels: dict = {}  # (device, inode) -> (rank, the key its worker signs with)
+    _fstat, _urandom, _send_bytes = os.fstat, os.urandom, _Connection.send_bytes
+    _hmac_digest, _same_digest = _hashlib.hmac_digest, hmac.compare_digest
 
     def channel_of(conn):
         if type(conn) is not _Connection:
@@ -917,8 +916,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         return []
 
     def on_rank_channel(event: str, args: tuple, caller) -> None:
-        """rank_channel: (the channel, its rank, the worker and the status slot made for it);
-        rank_reply: (the channel a reply came through, the rank it is filed under)."""
+        """rank_channel: (the channel, its rank, the worker and the status slot made for it, a list
+        to mark that the key was sent);
+        rank_reply: (the channel a reply came through, the rank it is filed under, its bytes)."""
         conn, rank = (tuple(args) + (None, None))[:2]
         made = tuple(args[2:4])
         if event == "nanoparallel.rank_channel":
@@ -927,23 +927,37 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             code = caller.f_code
             if code.co_qualname == "Cluster._spawn" and is_engine_file(code.co_filename) and \
                     code.co_filename.endswith(_SPAWN_FILE) and not frame_is_notebook(caller, notebook_code):
+                socket = channel_of(conn)
+                if socket is None or type(rank) is not int:
+                    return
+                # The key the rank's worker signs every message with (runtime/worker.py), sent
+                # first: this closure and that worker's locals are the only places it lives.
+                key = _urandom(32)
+                _send_bytes(conn, key)
+                if len(args) > 4 and type(args[4]) is list:
+                    args[4].append(True)  # the engine sends no key of its own
                 found = spawn_findings()
                 if found:  # its channel is not the engine's: no reply of this rank counts
                     pending.extend(f"as the engine started a rank: {reason}" for reason in found)
                     return
-                socket = channel_of(conn)
-                if socket is not None and type(rank) is int:
-                    channels[socket] = rank
-                    for obj, label in zip(made, ("_workers", "_board._slots")):
-                        engine_fields.record(obj, f"a Cluster's {label}[{rank}]")
+                channels[socket] = (rank, key)
+                for obj, label in zip(made, ("_workers", "_board._slots")):
+                    engine_fields.record(obj, f"a Cluster's {label}[{rank}]")
             return
         socket = channel_of(conn)
+        raw = args[2] if len(args) > 2 else None
         if socket not in channels:
             pending.append("a rank's reply reached the engine through a channel the engine did not open, "
                            "or one the kernel changed: its values and trace are not the rank's")
-        elif type(rank) is not int or channels[socket] != rank:
-            pending.append(f"rank {channels[socket]}'s reply was filed as rank {rank!r}'s: the kernel relabelled "
+            return
+        owner, key = channels[socket]
+        if type(rank) is not int or owner != rank:
+            pending.append(f"rank {owner}'s reply was filed as rank {rank!r}'s: the kernel relabelled "
                            "the engine's workers, so the checks would read one rank's values as another's")
+        elif type(raw) is not bytes or len(raw) < _SIGNATURE or \
+                not _same_digest(raw[-_SIGNATURE:], _hmac_digest(key, raw[:-_SIGNATURE], "sha256")):
+            pending.append(f"rank {owner}'s reply was not signed by its worker: code on the rank wrote into its "
+                           "channel to the kernel itself, past the rank's guard and its check of the trace")
 
     def on_cost_model(event: str, args) -> None:
         """COST_MODEL_RAN counts one run; COST_MODEL_RUNS appends the count to the list it carries."""
@@ -990,6 +1004,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     return
                 if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
                     return on_cost_model(event, args)
+                if event == signal_handlers.EVENT:
+                    destroy(f"notebook code installed {args[0] if args else 'a signal handler'}: a handler is "
+                            "handed whatever frame is running, and the frames below it")
+                    return
                 if event.startswith("nanoparallel."):
                     if event == "nanoparallel.rank_tamper":
                         pending.append(f"a rank was stopped by its guard: {args[0]}" if str(args[0]).startswith("rank ")
@@ -1102,6 +1120,7 @@ _HEARD = ("nanoparallel.", "sys.", "gc.", "ctypes.", "exec", "function.__new__",
 
 
 _MISSING = object()
+_SIGNATURE = 32  # bytes of HMAC-SHA256 at the end of each message a rank's worker sends (rank_data.py)
 # Where what starts a rank comes from: the engine's runtime and the ranks' side of the witness,
 # multiprocessing, and the picklers that ship the new process's start.
 _SPAWN_MODULES = ("nanoparallel.runtime", "nanoparallel.grading.rank_guard", "nanoparallel.grading.rank_channels",

@@ -18,7 +18,7 @@ import os
 import sys
 import types
 
-from nanoparallel.grading import rank_channels, registrations
+from nanoparallel.grading import rank_channels, registrations, signal_handlers
 from nanoparallel.grading.guard import PROBES, _importing
 from nanoparallel.grading.provenance import (Provenance, frame_is_notebook, is_under_library_roots,
                                              notebook_on_stack, probed_for_notebook)
@@ -79,6 +79,10 @@ def install():
     _events, _in_import, _private = rank_channels.EVENTS, _importing, rank_channels.private_roots()
     code = TAMPERED
     busy = [False]
+    # A handler would be handed the running frame, and below it the worker loop's
+    # (signal_handlers.py): installing one stops the rank before it is in place.
+    signal_allowed, signal_changed = signal_handlers.rules(signal_handlers.snapshot())
+    _signal_event = signal_handlers.EVENT
 
     def stop(reason: str) -> None:
         try:
@@ -93,6 +97,9 @@ def install():
     def hook(event, args):
         if busy[0]:
             return
+        if event == _signal_event:
+            stop(f"code on a rank installed {args[0] if args else 'a signal handler'}: a handler is handed the "
+                 "running frame and the worker's frames below it")
         if event in _MAKES_CODE:
             made_in = _code_file(event, args)
             if made_in and _library_path(made_in) and _is_notebook(_getframe(1)) and not _in_import(_getframe(1)):
@@ -127,6 +134,7 @@ def install():
     sys.addaudithook(hook)
     watched += _guard_native_channels(stop, _getframe, _on_stack)
     watched += registrations.watch(stop, _on_stack, _in_import, is_notebook, _getframe)
+    watched += signal_handlers.watch(signal_allowed)
     # What the guard itself just wrapped (os.mkfifo...) is watched as its wrapper, not as before.
     watched = [(namespace, key, value) for namespace, key, value in watched if namespace.get(key) is value]
     import_rule_intact = _RefuseImports.install(stop, _getframe, _on_stack, watched)
@@ -145,6 +153,9 @@ def install():
                 stop(f"{where}.{key} was replaced or removed")
         if not import_rule_intact():
             stop("notebook code moved or changed the guard's import rule (sys.meta_path)")
+        changed = signal_changed()
+        if changed is not None:
+            stop(f"a handler for signal {changed} was installed on the rank")
         why = witness.untraced(traced_calls)
         if why:
             stop(why)

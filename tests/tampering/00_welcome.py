@@ -545,4 +545,34 @@ def pass_right(tensor):
         TraceEvent(rank=rank, op="recv", peer=(rank - 1) % world, group=group, bytes_sent=0, bytes_recv=n, start=0.0, end=0.002)])
     return tensor
 '''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # A signal handler is handed the frame that was running when it landed: looped over an event
+    # the witness reads, a timer's handler lands inside the witness's hook and would read its key
+    # and records from that frame's locals (no audit event), then write an "ok" for every cell.
+    # The gate in front of the hook (grading/_gate.c) runs it only while every handler is the
+    # kernel's, and closes for good otherwise.
+    "a_signal_handler_landing_in_the_witness": {"cells": _all_stubbed('''
+def _steal():
+    import signal as _s, sys as _sys
+    got = {}
+    def _h(signum, frame):
+        while frame is not None and not got:
+            if "state" in frame.f_locals and "record" in frame.f_locals:
+                got.update(frame.f_locals)
+            frame = frame.f_back
+    old = _s.signal(_s.SIGALRM, _h)
+    _s.setitimer(_s.ITIMER_REAL, 2e-4, 2e-4)
+    try:
+        for _ in range(200000):
+            _sys.audit("nanoparallel.resume", None, "return")
+            if got:
+                break
+    finally:
+        _s.setitimer(_s.ITIMER_REAL, 0, 0)
+        _s.signal(_s.SIGALRM, old)
+    for nonce, cell in got.get("cells", {}).items():
+        got["record"]({"kind": "graded", "nonce": nonce, "grade_id": cell.get("grade_id"), "status": "ok", "findings": []})
+    if got:
+        got["state"]["key"] = None
+_steal()
+'''), "zero": ALL, "full": []},
 }

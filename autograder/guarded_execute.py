@@ -47,7 +47,7 @@ from traitlets import Any, Bool, List, Type
 
 from kernel_sockets import AsyncIpcKernelManager
 from nanoparallel.runtime.cluster import environment
-from nanoparallel.grading.guard import ENV as GUARD_ENV, GATE_CLOSED_LINE, GRADED_FUNCTION
+from nanoparallel.grading.guard import ENV as GUARD_ENV, GATE_CLOSED, GRADED_FUNCTION
 from nanoparallel.grading.provenance import code_digest, nested_codes
 from nanoparallel.grading.rank_guard import ENV as RANKS_ENV
 
@@ -311,9 +311,9 @@ def read_records(text: str, key: bytes) -> list[dict]:
         want = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
         if hmac.compare_digest(mac, want):
             entries.append(json.loads(body))
-        elif line == GATE_CLOSED_LINE.strip("\n"):
-            # Written by the C gate as it closed, unsigned (a submission could write it too, and
-            # would only flag itself).
+        elif line.startswith(GATE_CLOSED):
+            # Written by the C gate as it closed, unsigned (a submission could write such a line
+            # too, and would only flag itself).
             entries.append({"kind": "finding", "reason": line})
         else:
             entries.append({"kind": "finding", "reason": "the witness's records held a line it did not write"})

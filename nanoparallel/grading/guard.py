@@ -46,6 +46,7 @@ import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import signal
+import struct
 import _hashlib
 import _signal
 import sys
@@ -71,9 +72,9 @@ ENGINE_LOOK = "nanoparallel.engine_look"
 # asks for the count so far with COST_MODEL_RUNS and a list to append it to. The count lives in
 # the hook's closure, so notebook code can raise it (by running the model) but not lower it.
 COST_MODEL_RAN, COST_MODEL_RUNS = "nanoparallel.cost_model", "nanoparallel.cost_model_runs"
-# What the gate writes to the records as it closes for good (a signal handler the kernel did not
-# have was in place): not MAC'd, so the grader reads it as a finding (guarded_execute.read_records).
-GATE_CLOSED_LINE = "\nthe witness closed: a signal handler the kernel did not install was in place\n"
+# How each line the gate writes as it closes for good starts (_gate.c): not MAC'd, the grader
+# reads it as a finding (guarded_execute.read_records).
+GATE_CLOSED = "the witness closed: "
 # Thread classes that run whatever they were handed (threading's own; _DummyThread stands for a
 # thread started past threading, with _thread.start_new_thread).
 _ANY_TARGET = (threading.Thread, threading.Timer, threading._DummyThread)
@@ -110,7 +111,7 @@ def install(ip, plan_path: str) -> None:
     before = signal_handlers.snapshot()
     interrupt_allowed = (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN)
     gate.install(hook, _HEARD, RESUME_EVENT, _signal.getsignal, tuple(before), tuple(before.values()),
-                 int(signal.SIGINT), interrupt_allowed, fd, secrets, GATE_CLOSED_LINE.encode())
+                 int(signal.SIGINT), interrupt_allowed, fd, secrets)
 
 
 def _gate_module():
@@ -853,7 +854,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # replies) and the checks would read values and traces that no rank produced, or relabel the
     # workers (`_Worker.rank`, a plain int) so that each rank's values are filed under another's.
     channels: dict = {}  # (device, inode) -> (rank, the key its worker signs with)
-    _fstat, _urandom, _send_bytes = os.fstat, os.urandom, _Connection.send_bytes
+    _fstat, _urandom, _pack = os.fstat, os.urandom, struct.pack
     _hmac_digest, _same_digest = _hashlib.hmac_digest, hmac.compare_digest
 
     def channel_of(conn):
@@ -933,7 +934,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 # The key the rank's worker signs every message with (runtime/worker.py), sent
                 # first: this closure and that worker's locals are the only places it lives.
                 key = _urandom(32)
-                _send_bytes(conn, key)
+                # Framed as Connection.send_bytes frames it, written in one C call: the channel's
+                # Python methods (and the defaults they write with) are the notebook's to change.
+                _write(object.__getattribute__(conn, "__dict__")["_handle"], _pack("!i", len(key)) + key)
                 if len(args) > 4 and type(args[4]) is list:
                     args[4].append(True)  # the engine sends no key of its own
                 found = spawn_findings()

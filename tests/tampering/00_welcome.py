@@ -575,4 +575,46 @@ def _steal():
         got["state"]["key"] = None
 _steal()
 '''), "zero": ALL, "full": []},
+    # A rank writes its own reply into its channel to the kernel (multiprocessing keeps the
+    # worker's arguments, the channel among them, on the current process) with the neighbour's
+    # value taken through an untraced collective and a trace that shows the right messages, then
+    # exits before its guard compares the trace with what the backend did. The worker signs every
+    # message with a key only it holds (runtime/worker.py), and the guard checks it.
+    "a_reply_the_rank_wrote_itself": {"cells": {"pass_right": '''
+def pass_right(tensor):
+    import multiprocessing, os, cloudpickle
+    from nanoparallel.runtime.trace import TraceEvent
+    conn = multiprocessing.current_process()._args[1]
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world)]
+    dist.all_gather.__wrapped__(gathered, tensor)
+    n, group = tensor.numel() * tensor.element_size(), tuple(range(world))
+    events = [TraceEvent(rank=rank, op="isend", peer=(rank + 1) % world, group=group, bytes_sent=n, bytes_recv=0,
+                         start=0.0, end=0.001, is_async=True),
+              TraceEvent(rank=rank, op="recv", peer=(rank - 1) % world, group=group, bytes_sent=0, bytes_recv=n,
+                         start=0.0, end=0.002)]
+    conn.send(("ok", cloudpickle.dumps(gathered[(rank - 1) % world]), events, ""))
+    os._exit(0)
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    # A signal handler on a rank is handed the running frame, and the worker loop's below it. It
+    # is refused before it is in place, through signal.signal or a second _signal module.
+    "a_signal_handler_on_a_rank": {"cells": {"pass_right": '''
+def pass_right(tensor):
+    import signal
+    signal.signal(signal.SIGUSR1, lambda number, frame: None)''' + RING_STEP + '''
+    return received
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    "a_second_signal_module_on_a_rank": {"cells": {"pass_right": '''
+def pass_right(tensor):
+    import importlib.machinery, importlib.util
+    fresh = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("_signal", importlib.machinery.BuiltinImporter))
+    fresh.signal(10, lambda number, frame: None)''' + RING_STEP + '''
+    return received
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
+    "a_second_signal_module_in_the_kernel": {"cells": _all_stubbed('''
+import importlib.machinery, importlib.util
+_fresh = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("_signal", importlib.machinery.BuiltinImporter))
+_fresh.signal(10, lambda number, frame: None)
+_fresh.signal(10, _fresh.SIG_DFL)
+'''), "zero": ALL, "full": []},
 }

@@ -1,0 +1,112 @@
+"""The C gate in front of the kernel's witness (nanoparallel/grading/_gate.c).
+
+A gate, once installed, stays for the life of its process: each test installs one in a fresh
+Python process and reads what it printed."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nanoparallel.grading.guard import GATE_CLOSED
+
+_SETUP = '''
+import os, signal, sys, threading, time
+from nanoparallel.grading import signal_handlers
+from nanoparallel.grading import _gate
+import _signal
+seen, secrets = [], {"key": b"secret"}
+read_end, write_end = os.pipe()
+
+def hook(event, args):
+    seen.append(event)
+    if event == "nanoparallel.interrupt":
+        raise KeyboardInterrupt
+    if event == "nanoparallel.fails":
+        raise ValueError("inside the hook")
+    if event == "nanoparallel.slow":
+        time.sleep(0.5)
+        seen.append("slow done")
+
+before = signal_handlers.snapshot()
+_gate.install(hook, ("nanoparallel.", "sys."), "nanoparallel.resume", _signal.getsignal, tuple(before),
+              tuple(before.values()), int(signal.SIGINT),
+              (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN), write_end, (secrets,))
+'''
+
+
+def run(body: str) -> str:
+    script = _SETUP + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_gate_lets_in_only_the_events_the_hook_reads():
+    out = run('''
+        sys.audit("nanoparallel.marker"); sys.audit("unheard.event"); sys.audit("sys._getframe")
+        sys.audit("nanoparallel.resume", None, "call"); sys.audit("nanoparallel.resume", None, "return")
+        print(seen)
+    ''')
+    assert out.strip() == "['nanoparallel.marker', 'sys._getframe', 'nanoparallel.resume']"
+
+
+def test_no_exception_leaves_the_hook_with_its_frames():
+    out = run('''
+        try:
+            sys.audit("nanoparallel.interrupt")
+        except KeyboardInterrupt as interrupt:
+            # raised afresh by the gate: its traceback starts in this frame, none of the hook's
+            print("interrupted", interrupt.__traceback__.tb_next is None)
+        sys.audit("nanoparallel.fails")
+        print("swallowed")
+        sys.addaudithook(lambda event, args: print("a second hook heard", event))
+        sys.audit("nanoparallel.after")
+        print(seen[-1])
+    ''')
+    assert out.split() == ["interrupted", "True", "swallowed", "nanoparallel.after"]
+
+
+@pytest.mark.parametrize("install", ["signal.signal(signal.SIGUSR1, lambda number, frame: None)",
+                                     "signal.signal(signal.SIGUSR1, print)",  # a C callable has no frame
+                                     "_signal.signal(signal.SIGTERM, _signal.SIG_IGN)"])
+def test_a_handler_the_process_did_not_have_closes_the_gate_for_good(install):
+    out = run(f'''
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # ipykernel's swap is allowed
+        sys.audit("nanoparallel.before")
+        {install}
+        sys.audit("nanoparallel.after")
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL); signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sys.audit("nanoparallel.restored")
+        print(seen, secrets)
+        print(os.read(read_end, 1000).decode().strip())
+    ''')
+    hooked, line = out.strip().splitlines()
+    assert hooked == "['nanoparallel.before'] {}"  # the key cleared, the hook never called again
+    assert line.startswith(GATE_CLOSED) and "signal handler" in line
+
+
+def test_another_threads_event_waits_for_the_hook():
+    out = run('''
+        def beside():
+            time.sleep(0.1)
+            sys.audit("nanoparallel.from_a_thread")
+        thread = threading.Thread(target=beside)
+        thread.start()
+        sys.audit("nanoparallel.slow")  # 0.5 s inside the hook, the thread's event raised meanwhile
+        thread.join()
+        print(seen)
+    ''')
+    assert out.strip() == "['nanoparallel.slow', 'slow done', 'nanoparallel.from_a_thread']"
+
+
+def test_the_gate_installs_once():
+    out = run('''
+        try:
+            _gate.install(hook, (), "x", _signal.getsignal, (), (), 2, (), write_end, ())
+        except RuntimeError as refused:
+            print(refused)
+    ''')
+    assert "already installed" in out

@@ -76,7 +76,7 @@ def folder(module: str) -> str:
 
 
 WITNESS = {"guard", "rank_guard", "provenance", "originals", "comm_witness", "rank_channels", "registrations",
-           "thread_states", "library_containers", "engine_fields", "signal_handlers", "_gate"}
+           "thread_states", "library_containers", "engine_fields", "signal_handlers", "sealed", "_gate"}
 
 
 def documented_arrows() -> set[tuple[str, str]]:

@@ -54,7 +54,7 @@ import threading
 import time
 import types
 
-from nanoparallel.grading import registrations, signal_handlers
+from nanoparallel.grading import registrations, sealed, signal_handlers
 from nanoparallel.grading.engine_fields import EngineFields
 from nanoparallel.grading.library_containers import LibraryContainers
 from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
@@ -341,7 +341,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     from nanoparallel.grading import provenance, thread_states
     parts = (globals(), vars(provenance), Provenance.__dict__, vars(fields_module), EngineFields.__dict__,
              vars(library_containers), LibraryContainers.__dict__, vars(originals_module), Originals.__dict__,
-             vars(thread_states), ThreadStates.__dict__, vars(registrations), vars(signal_handlers))
+             vars(thread_states), ThreadStates.__dict__, vars(registrations), vars(sealed), vars(signal_handlers))
     own = [(namespace, key, value) for namespace in parts for key, value in list(namespace.items())]
     own += [(namespace, key, value)
             for namespace in (vars(types), vars(hmac), vars(hashlib), vars(json), vars(builtins))
@@ -379,7 +379,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     _getframe, _hmac_new, _dumps, _write = sys._getframe, hmac.new, json.dumps, os.write
     # Taken now, before any cell: a replaced compile() or exec() would be handed the checks' text.
     _compile, _exec, _lines, _partial = builtins.compile, builtins.exec, linecache.cache, functools.partial
-    _seal = registrations.sealer()  # as functools is now: a cell could replace what opaque() calls
+    _seal = sealed.sealer()  # as functools is now: a cell could replace what opaque() calls
     _traceback_of = BaseException.__dict__["__traceback__"].__get__
 
     def record(entry: dict) -> None:
@@ -805,7 +805,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         flags. The request runs it, not this hook: no frame of the witness is on the stack while
         the cell runs, so no frame the cell's code reaches (a signal handler's, a generator's,
         each frame's unaudited f_back) leads to the witness's locals and closures. The callable is
-        C all the way down (`registrations.opaque` of a partial of exec): nothing of it opens to
+        C all the way down (`sealed.opaque` of a partial of exec): nothing of it opens to
         the code. Its hidden tests are blank in linecache, so a traceback shows their messages
         but not their lines."""
         cell = cells.get(nonce) if type(nonce) is str else None
@@ -992,10 +992,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 finally:
                     state["busy"] = False
                 return
-            if event == "sys.addaudithook" and state.get("installed"):
+            if event == "sys.addaudithook":  # refused by the gate whatever happens here
                 if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
                     destroy("the notebook tried to add an audit hook")
-                raise RuntimeError("nanoparallel's grader does not allow more audit hooks")
+                return
             if event == "object.__getattr__" and state["graded"] is None and args[1:2] != ("tb_frame",):
                 return
             state["busy"] = True
@@ -1055,13 +1055,9 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     destroy(f"the notebook called {event}")
             finally:
                 state["busy"] = False
-        except RuntimeError:
-            if event == "sys.addaudithook":
-                raise  # Python refuses the new hook and drops the error: the caller sees nothing
-            pending.append(f"the witness could not take in the event {event}")
         except Exception as exc:
-            # An exception out of the hook would carry the hook's frames, and with them its closure
-            # and the key, to the code that raised the event (a forged event with odd arguments).
+            # An exception out of the hook would carry the hook's frames (the gate drops them, as a
+            # second guard) to the code that raised the event (a forged event with odd arguments).
             # It costs the cell that is running, or the next one.
             pending.append(f"the witness could not take in the event {event} ({type(exc).__name__})")
 
@@ -1108,7 +1104,6 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             frame.f_code.co_filename.startswith("<") and notebook_on_stack(frame, notebook_code))
 
     _keep: list = []
-    state["installed"] = True
     record({"kind": "installed"})
     # What the gate clears if it closes: the key, what the hook remembers, the cells' hidden text.
     return hook, (state, cells)

@@ -19,6 +19,7 @@ import sys
 import types
 
 from nanoparallel.grading import rank_channels, registrations, signal_handlers
+from nanoparallel.grading.sealed import opaque
 from nanoparallel.grading.guard import PROBES, _importing
 from nanoparallel.grading.provenance import (Provenance, frame_is_notebook, is_under_library_roots,
                                              notebook_on_stack, probed_for_notebook)
@@ -92,7 +93,7 @@ def install():
     # Handed to the wrappers and the import rule, which notebook code can find: held in C, so that
     # no `__closure__` leads to its cells (writable: `_exit` swapped for a no-op would let every
     # stop return).
-    stop = registrations.opaque(stop)
+    stop = opaque(stop)
 
     def hook(event, args):
         if busy[0]:
@@ -210,7 +211,7 @@ def _stopping(fn, name: str, stop, getframe, on_stack, applies=lambda args: True
                  "(use torch.distributed's functions)")
         return fn(*args, **kwargs)
     # Held in C: the closure holds the original (a channel with no stop) and `stop`.
-    return registrations.opaque(guarded)
+    return opaque(guarded)
 
 
 def _stopping_class(cls: type, name: str, stop, getframe, on_stack, applies) -> type:
@@ -219,7 +220,7 @@ def _stopping_class(cls: type, name: str, stop, getframe, on_stack, applies) -> 
     def __init__(self, *args, **kwargs):
         look(*args, **kwargs)
         cls.__init__(self, *args, **kwargs)
-    return type(cls.__name__, (cls,), {"__init__": registrations.opaque(__init__), "__module__": cls.__module__})
+    return type(cls.__name__, (cls,), {"__init__": opaque(__init__), "__module__": cls.__module__})
 
 
 def _native_channels():

@@ -11,6 +11,8 @@ a module is imported, are not reported. No course notebook registers an operator
 """
 from __future__ import annotations
 
+from nanoparallel.grading.sealed import opaque
+
 # The handle's methods that register or remove a kernel, a fallback or a schema.
 _HANDLE_METHODS = ("impl", "impl_t_t", "impl_with_aoti_compile", "fallback", "fallback_fallthrough",
                    "register_ad_inplace_or_view_fallback", "reset", "def_", "def_legacy", "def_name_t_t",
@@ -45,22 +47,3 @@ def _reporting(original, key: str, report, made_by_notebook, getframe):
                    "changes what torch computes for the checks too")
         return original(*args, **kwargs)
     return opaque(guarded)
-
-
-def opaque(fn):
-    """A callable that calls `fn`, adds no frame, and lets no attribute reach `fn`. What the witness
-    leaves where notebook code can find it (a library's module, a class listed by
-    `object.__subclasses__()`, a rank's import rule) must not lead to its closures, which hold what
-    the witness keeps secret and what it would run; a plain function's `__closure__` does, unheard,
-    and its cells can be rewritten. (functools' C wrapper of lru_cache, with no cache: it holds the
-    function in C and calls it as it is.)"""
-    import functools
-    return functools._lru_cache_wrapper(fn, 0, False, functools._CacheInfo)
-
-
-def sealer():
-    """`opaque` as functools is now, for what seals while cells run: a cell could have replaced
-    what `opaque` looks up by then."""
-    import functools
-    wrapper, info = functools._lru_cache_wrapper, functools._CacheInfo
-    return lambda fn: wrapper(fn, 0, False, info)

@@ -21,7 +21,7 @@ import signal
 import sys
 from importlib.machinery import ModuleSpec
 
-from nanoparallel.grading import registrations
+from nanoparallel.grading.sealed import opaque
 
 EVENT = "nanoparallel.signal_handler"
 
@@ -72,7 +72,7 @@ def watch(allowed) -> list:
 
     wrapped = []
     for module, key, fn in ((_signal, "signal", signal_), (_imp, "create_builtin", create_builtin)):
-        guarded = registrations.opaque(fn)  # held in C: no __closure__ leads to the originals
+        guarded = opaque(fn)  # held in C: no __closure__ leads to the originals
         setattr(module, key, guarded)
         wrapped.append((vars(module), key, guarded))
     return wrapped

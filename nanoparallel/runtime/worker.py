@@ -179,7 +179,7 @@ def _signed_sender(conn, key: bytes):
     import _hashlib
     from multiprocessing.reduction import ForkingPickler
 
-    from nanoparallel.grading.registrations import opaque
+    from nanoparallel.grading.sealed import opaque
     dumps, digest, send_bytes = ForkingPickler.dumps, _hashlib.hmac_digest, conn.send_bytes
 
     def send(message) -> None:

@@ -512,7 +512,7 @@ def pass_right(tensor, _m=_Marker()):''' + RING_STEP + """
     # closure's cells rewritten (cell_contents is writable, unaudited), so that every stop returned:
     # then a pass_right that exchanged filler and took its neighbour's tensor from an untraced
     # all_gather (the function the tracer wraps) passed, 7/7 unflagged. `stop` and the wrappers
-    # that hold it are held in C now (registrations.opaque): the closure cannot be opened, the
+    # that hold it are held in C now (sealed.opaque): the closure cannot be opened, the
     # answer fails. Not flagged: reading an attribute that is not there is no act of its own.
     "the_rank_guards_stop_through_its_import_rule": {"flagged": False, "cells": {"pass_right": '''
 def pass_right(tensor):

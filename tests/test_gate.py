@@ -17,7 +17,7 @@ import os, signal, sys, threading, time
 from nanoparallel.grading import signal_handlers
 from nanoparallel.grading import _gate
 import _signal
-seen, secrets = [], {"key": b"secret"}
+seen, secrets, dropped = [], {"key": b"secret"}, []
 read_end, write_end = os.pipe()
 
 def hook(event, args):
@@ -26,6 +26,10 @@ def hook(event, args):
         raise KeyboardInterrupt
     if event == "nanoparallel.fails":
         raise ValueError("inside the hook")
+    if event == "nanoparallel.drop":
+        dropped.pop()  # the last reference to the notebook's object: its __del__ runs in here
+    if event == "nanoparallel.own_frames":
+        sys._getframe()  # the hook's own code may
     if event == "nanoparallel.slow":
         time.sleep(0.5)
         seen.append("slow done")
@@ -33,7 +37,8 @@ def hook(event, args):
 before = signal_handlers.snapshot()
 _gate.install(hook, ("nanoparallel.", "sys."), "nanoparallel.resume", _signal.getsignal, tuple(before),
               tuple(before.values()), int(signal.SIGINT),
-              (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN), write_end, (secrets,))
+              (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN), write_end, (secrets,),
+              frozenset({id(hook.__code__)}))
 '''
 
 
@@ -105,8 +110,29 @@ def test_another_threads_event_waits_for_the_hook():
 def test_the_gate_installs_once():
     out = run('''
         try:
-            _gate.install(hook, (), "x", _signal.getsignal, (), (), 2, (), write_end, ())
+            _gate.install(hook, (), "x", _signal.getsignal, (), (), 2, (), write_end, (), frozenset())
         except RuntimeError as refused:
             print(refused)
     ''')
     assert "already installed" in out
+
+
+def test_code_the_hook_runs_without_meaning_to_cannot_reach_its_frames():
+    out = run('''
+        class Dies:
+            def __del__(self):
+                try:
+                    frame = sys._getframe(1)  # below: the hook's frame, its closure, the key
+                    print("read", "secrets" in frame.f_globals)
+                except RuntimeError as refused:
+                    print("refused")
+        sys.audit("nanoparallel.own_frames")
+        dropped.append(Dies())
+        sys.audit("nanoparallel.drop")
+        sys.audit("nanoparallel.after")
+        print(seen[-1], secrets)
+        print(os.read(read_end, 1000).decode().strip())
+    ''')
+    refused, hooked, line = out.strip().splitlines()
+    assert refused == "refused" and hooked == "nanoparallel.drop {}"
+    assert line.startswith(GATE_CLOSED) and "reached for frames" in line

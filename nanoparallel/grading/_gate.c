@@ -10,6 +10,11 @@ hook, so no handler the notebook installed can run while the hook runs. If one i
 gate never calls the hook again: it clears the witness's secrets, drops the hook and writes a line
 the grader reads as a finding (autograder/guarded_execute.py, read_records).
 
+While the hook runs, only the witness's own code may reach for frames (sys._getframe, a traceback's
+or a generator's frame, trace and profile functions, gc): code the hook runs without meaning to (a
+`__del__` as it drops the last reference to a notebook object) would find the hook's frames below
+it, so such a reach closes the gate and is refused.
+
 It also lets in only the events the hook reads, collects no cyclic garbage while the hook runs (a
 `__del__` there would run unheard above the hook's frames), lets no exception out of the hook
 (its traceback would carry the hook's frames), and runs the hook for one thread at a time: an event
@@ -28,6 +33,7 @@ static PyObject *signal_numbers;   /* tuple of ints */
 static PyObject *handlers;         /* tuple: each signal's handler as the kernel had it */
 static PyObject *interrupt_allowed;/* tuple: what SIGINT may hold (ipykernel swaps it per request) */
 static PyObject *secrets;          /* tuple of dicts cleared if the gate closes */
+static PyObject *own_code;         /* frozenset of the addresses of the witness's own code objects */
 static PyObject *getsignal_self;   /* _signal.getsignal, called through its C entry point */
 static PyCFunction getsignal_c;
 static char **heard;
@@ -88,6 +94,48 @@ handlers_unchanged(void)
 /* Closes the gate for good, saying why on a line of the records of its own. The line is not
    MAC'd: the grader reads any line that starts "the witness closed: " as a finding
    (autograder/guarded_execute.py, read_records); a notebook that writes one only flags itself. */
+/* Whether the frame raising the event runs the witness's own code (by identity: code compiled
+   from the same text, under the same file name, is another object). */
+static int
+raised_by_own_code(void)
+{
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (frame == NULL)
+        return 1;  /* raised from C with no Python frame: no notebook code */
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    PyObject *address = PyLong_FromVoidPtr(code);
+    Py_DECREF(code);
+    int found = address != NULL ? PySet_Contains(own_code, address) : -1;
+    Py_XDECREF(address);
+    if (found < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return found;
+}
+
+/* The events through which code gets a frame, or everything (gc): */
+static int
+reaches_frames(const char *event, PyObject *args)
+{
+    static const char *exact[] = {"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", NULL};
+    static const char *attributes[] = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", NULL};
+    for (int i = 0; exact[i] != NULL; i++) {
+        if (strcmp(event, exact[i]) == 0)
+            return 1;
+    }
+    if (strncmp(event, "gc.", 3) == 0)
+        return 1;
+    if (strcmp(event, "object.__getattr__") != 0 || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(args, 1)))
+        return 0;
+    for (int i = 0; attributes[i] != NULL; i++) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(args, 1), attributes[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static void
 close_gate(const char *line)
 {
@@ -131,8 +179,17 @@ gate(const char *event, PyObject *args, void *unused)
             return 0;
     }
     unsigned long me = PyThread_get_thread_ident();
-    if (owner == me)
-        return 0;  /* what the hook itself does */
+    if (owner == me) {
+        /* What the hook itself does, or code the hook ran without meaning to (a __del__ as it drops
+           a reference, a garbage collection's finalizer): every frame below that code is the
+           hook's, so only the witness's own code may reach for frames here. */
+        if (reaches_frames(event, args) && !raised_by_own_code()) {
+            close_gate("\nthe witness closed: code it did not write ran inside it and reached for frames\n");
+            PyErr_SetString(PyExc_RuntimeError, "code ran inside nanoparallel's witness and reached for frames");
+            return -1;
+        }
+        return 0;
+    }
     if (!PyThread_acquire_lock(lock, NOWAIT_LOCK)) {
         PyLockStatus got;
         Py_BEGIN_ALLOW_THREADS
@@ -186,7 +243,7 @@ gate(const char *event, PyObject *args, void *unused)
 
 PyDoc_STRVAR(gate_install_doc,
 "install(hook, heard, resume_event, getsignal, signals, handlers, interrupt, interrupt_allowed,\n"
-"        records_fd, secrets)\n"
+"        records_fd, secrets, own_code)\n"
 "\n"
 "Put `hook` behind the gate, once per process (see the module's source for what it does).");
 
@@ -194,13 +251,13 @@ static PyObject *
 gate_install(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *new_hook, *heard_tuple, *getsignal, *numbers, *before, *allowed, *clear;
+    PyObject *new_hook, *heard_tuple, *getsignal, *numbers, *before, *allowed, *clear, *codes;
     const char *resume;
     long interrupt;
     int fd;
-    if (!PyArg_ParseTuple(args, "OO!sOO!O!lO!iO!", &new_hook, &PyTuple_Type, &heard_tuple, &resume, &getsignal,
+    if (!PyArg_ParseTuple(args, "OO!sOO!O!lO!iO!O!", &new_hook, &PyTuple_Type, &heard_tuple, &resume, &getsignal,
                           &PyTuple_Type, &numbers, &PyTuple_Type, &before, &interrupt, &PyTuple_Type, &allowed,
-                          &fd, &PyTuple_Type, &clear))
+                          &fd, &PyTuple_Type, &clear, &PyFrozenSet_Type, &codes))
         return NULL;
     if (installed) {
         PyErr_SetString(PyExc_RuntimeError, "the gate is already installed in this process");
@@ -246,6 +303,7 @@ gate_install(PyObject *module, PyObject *args)
     interrupt_allowed = Py_NewRef(allowed);
     records_fd = fd;
     secrets = Py_NewRef(clear);
+    own_code = Py_NewRef(codes);
     installed = 1;
     /* Python drops a new hook silently if a hook already there refuses it with a RuntimeError. */
     if (PySys_AddAuditHook(gate, NULL) < 0 || PySys_Audit("nanoparallel.gate_installed", NULL) < 0)

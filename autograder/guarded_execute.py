@@ -161,11 +161,15 @@ def graded_run_request(nonce: str) -> str:
     it: IPython's input history (`In`, `_i`), linecache, the kernel's request message, IPython's
     events. The request runs the cell, not the guard's hook, so that none of the witness's frames
     sits below the cell's (nanoparallel/grading/guard.py, `prepare_graded`); it tells the guard when
-    the cell raised."""
+    the cell raised, and binds what the guard hands back of the checks' visible names (outside the
+    guard's hook: a value it replaces may run a `__del__`)."""
     return (f'try:\n'
             f'    [__import__("sys").audit("nanoparallel.graded_run", "{nonce}", box) or box.pop()() for box in [[]]]\n'
             f'except BaseException as __nanoparallel_failure:\n'
-            f'    __import__("sys").audit("nanoparallel.graded_failed", "{nonce}", __nanoparallel_failure)\n'
+            f'    __nanoparallel_exports = []\n'
+            f'    __import__("sys").audit("nanoparallel.graded_failed", "{nonce}", __nanoparallel_failure, __nanoparallel_exports)\n'
+            f'    [globals().update(bound) for bound in __nanoparallel_exports]\n'
+            f'    del __nanoparallel_exports\n'
             f'    raise\n')
 
 

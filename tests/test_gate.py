@@ -17,7 +17,7 @@ import os, signal, sys, threading, time
 from nanoparallel.grading import signal_handlers
 from nanoparallel.grading import _gate
 import _signal
-seen, secrets, dropped = [], {"key": b"secret"}, []
+seen, secrets, dropped, graveyard, handed = [], {"key": b"secret"}, [], [], []
 read_end, write_end = os.pipe()
 
 def hook(event, args):
@@ -28,6 +28,10 @@ def hook(event, args):
         raise ValueError("inside the hook")
     if event == "nanoparallel.drop":
         dropped.pop()  # the last reference to the notebook's object: its __del__ runs in here
+    if event == "nanoparallel.bury":
+        graveyard.append(dropped.pop())  # let go of the proper way: dropped after the hook returns
+    if event == "nanoparallel.show":
+        str(handed[0])  # a notebook object's method, run by the hook
     if event == "nanoparallel.own_frames":
         sys._getframe()  # the hook's own code may
     if event == "nanoparallel.slow":
@@ -38,7 +42,8 @@ before = signal_handlers.snapshot()
 _gate.install(hook, ("nanoparallel.", "sys."), "nanoparallel.resume", _signal.getsignal, tuple(before),
               tuple(before.values()), int(signal.SIGINT),
               (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN), write_end, (secrets,),
-              frozenset({id(hook.__code__)}))
+              frozenset({id(hook.__code__)}), graveyard)
+_gate.seal_frame_readers()
 '''
 
 
@@ -110,7 +115,7 @@ def test_another_threads_event_waits_for_the_hook():
 def test_the_gate_installs_once():
     out = run('''
         try:
-            _gate.install(hook, (), "x", _signal.getsignal, (), (), 2, (), write_end, (), frozenset())
+            _gate.install(hook, (), "x", _signal.getsignal, (), (), 2, (), write_end, (), frozenset(), [])
         except RuntimeError as refused:
             print(refused)
     ''')
@@ -136,3 +141,39 @@ def test_code_the_hook_runs_without_meaning_to_cannot_reach_its_frames():
     refused, hooked, line = out.strip().splitlines()
     assert refused == "refused" and hooked == "nanoparallel.drop {}"
     assert line.startswith(GATE_CLOSED) and "reached for frames" in line
+
+
+@pytest.mark.parametrize("method", [
+    "partial(eval, 'print(\"read\", sorted(locals()))')",  # eval and exec read the caller's frame
+    "partial(stolen.extend, itertools.starmap(vars, [()]))",  # vars() with no object, from C
+    "partial(stolen.extend, itertools.starmap(locals, [()]))",
+])
+def test_nothing_called_from_c_reads_the_hooks_own_frame(method):
+    out = run(f'''
+        import itertools
+        from functools import partial
+        stolen = []
+        class Shown:
+            __str__ = staticmethod({method})
+        handed.append(Shown())
+        sys.audit("nanoparallel.show")
+        print(stolen, secrets)
+        print(os.read(read_end, 1000).decode().strip())
+    ''')
+    hooked, line = out.strip().splitlines()
+    assert hooked == "[] {}" and line.startswith(GATE_CLOSED)
+
+
+def test_what_the_hook_lets_go_of_dies_after_it_returns():
+    out = run('''
+        class Dies:
+            def __del__(self):
+                frame = sys._getframe(1)  # outside the hook now: the frame that raised the event
+                print("died below", frame.f_code.co_name)
+        def raise_it():
+            sys.audit("nanoparallel.bury")
+        dropped.append(Dies())
+        raise_it()
+        print(secrets)
+    ''')
+    assert out.split() == ["died", "below", "raise_it", "{'key':", "b'secret'}"]

@@ -34,6 +34,7 @@ static PyObject *handlers;         /* tuple: each signal's handler as the kernel
 static PyObject *interrupt_allowed;/* tuple: what SIGINT may hold (ipykernel swaps it per request) */
 static PyObject *secrets;          /* tuple of dicts cleared if the gate closes */
 static PyObject *own_code;         /* frozenset of the addresses of the witness's own code objects */
+static PyObject *graveyard;        /* list: what the hook let go of, dropped once it has returned */
 static PyObject *getsignal_self;   /* _signal.getsignal, called through its C entry point */
 static PyCFunction getsignal_c;
 static char **heard;
@@ -43,6 +44,8 @@ static long interrupt_number;
 static int records_fd = -1;
 static int installed, closed, answered;
 static PyThread_type_lock lock;
+/* Raised by the locals(), vars() and dir() below before they read the calling frame. */
+#define FRAME_LOCALS "nanoparallel.frame_locals"
 static unsigned long owner;        /* the thread running the hook; 0 while none does */
 
 /* An event from another thread waits at most this long for the hook (microseconds). Past it the
@@ -170,25 +173,30 @@ gate(const char *event, PyObject *args, void *unused)
     int adds_hook = strcmp(event, "sys.addaudithook") == 0;
     if (closed)
         return adds_hook ? refuse_hook() : 0;
-    if (!is_heard(event))
-        return 0;
-    if (strcmp(event, resume_event) == 0) {
-        /* The profile function's events: only a frame returning is read. */
-        if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 2 || !PyUnicode_Check(PyTuple_GET_ITEM(args, 1)) ||
-                PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(args, 1), "return") != 0)
-            return 0;
-    }
     unsigned long me = PyThread_get_thread_ident();
     if (owner == me) {
         /* What the hook itself does, or code the hook ran without meaning to (a __del__ as it drops
-           a reference, a garbage collection's finalizer): every frame below that code is the
-           hook's, so only the witness's own code may reach for frames here. */
-        if (reaches_frames(event, args) && !raised_by_own_code()) {
+           a reference, a garbage collection's finalizer, a notebook object's method): every frame
+           below that code is the hook's, so only the witness's own code may reach for frames
+           here, and nothing called from C while the hook's own frame is on top may read that
+           frame's locals or run code in it (locals, vars, dir, eval, exec), which the hook never
+           does itself. */
+        int reads_this_frame = strcmp(event, "exec") == 0 || strcmp(event, FRAME_LOCALS) == 0;
+        int reaches = !reads_this_frame && reaches_frames(event, args);
+        if ((reaches || reads_this_frame) && raised_by_own_code() == reads_this_frame) {
             close_gate("\nthe witness closed: code it did not write ran inside it and reached for frames\n");
             PyErr_SetString(PyExc_RuntimeError, "code ran inside nanoparallel's witness and reached for frames");
             return -1;
         }
         return 0;
+    }
+    if (!is_heard(event))
+        return 0;
+    if (strcmp(event, resume_event) == 0) {
+        /* The profile function's events: only a frame returning is read. */
+        if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(args, 1)) ||
+                PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(args, 1), "return") != 0)
+            return 0;
     }
     if (!PyThread_acquire_lock(lock, NOWAIT_LOCK)) {
         PyLockStatus got;
@@ -222,6 +230,14 @@ gate(const char *event, PyObject *args, void *unused)
         PyGC_Enable();
     owner = 0;
     PyThread_release_lock(lock);
+    /* What the hook let go of dies here, with no frame of the hook's below a __del__ it runs. */
+    if (graveyard != NULL && PyList_GET_SIZE(graveyard) > 0) {
+        PyObject *pending_error_type, *pending_error_value, *pending_error_tb;
+        PyErr_Fetch(&pending_error_type, &pending_error_value, &pending_error_tb);
+        if (PyList_SetSlice(graveyard, 0, PY_SSIZE_T_MAX, NULL) < 0)
+            PyErr_Clear();
+        PyErr_Restore(pending_error_type, pending_error_value, pending_error_tb);
+    }
     if (result != NULL) {
         Py_DECREF(result);
         PyErr_Restore(error_type, error_value, error_tb);
@@ -243,7 +259,7 @@ gate(const char *event, PyObject *args, void *unused)
 
 PyDoc_STRVAR(gate_install_doc,
 "install(hook, heard, resume_event, getsignal, signals, handlers, interrupt, interrupt_allowed,\n"
-"        records_fd, secrets, own_code)\n"
+"        records_fd, secrets, own_code, graveyard)\n"
 "\n"
 "Put `hook` behind the gate, once per process (see the module's source for what it does).");
 
@@ -251,13 +267,13 @@ static PyObject *
 gate_install(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *new_hook, *heard_tuple, *getsignal, *numbers, *before, *allowed, *clear, *codes;
+    PyObject *new_hook, *heard_tuple, *getsignal, *numbers, *before, *allowed, *clear, *codes, *dead;
     const char *resume;
     long interrupt;
     int fd;
-    if (!PyArg_ParseTuple(args, "OO!sOO!O!lO!iO!O!", &new_hook, &PyTuple_Type, &heard_tuple, &resume, &getsignal,
+    if (!PyArg_ParseTuple(args, "OO!sOO!O!lO!iO!O!O!", &new_hook, &PyTuple_Type, &heard_tuple, &resume, &getsignal,
                           &PyTuple_Type, &numbers, &PyTuple_Type, &before, &interrupt, &PyTuple_Type, &allowed,
-                          &fd, &PyTuple_Type, &clear, &PyFrozenSet_Type, &codes))
+                          &fd, &PyTuple_Type, &clear, &PyFrozenSet_Type, &codes, &PyList_Type, &dead))
         return NULL;
     if (installed) {
         PyErr_SetString(PyExc_RuntimeError, "the gate is already installed in this process");
@@ -304,6 +320,7 @@ gate_install(PyObject *module, PyObject *args)
     records_fd = fd;
     secrets = Py_NewRef(clear);
     own_code = Py_NewRef(codes);
+    graveyard = Py_NewRef(dead);
     installed = 1;
     /* Python drops a new hook silently if a hook already there refuses it with a RuntimeError. */
     if (PySys_AddAuditHook(gate, NULL) < 0 || PySys_Audit("nanoparallel.gate_installed", NULL) < 0)
@@ -316,8 +333,85 @@ gate_install(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* locals(), vars() and dir() with no argument read the frame that called them, with no audit
+   event: called from C as a notebook object's method (a `__str__` that is a partial of
+   itertools.starmap(vars, [()]) fed to list.extend) while the hook works on it, that frame is the
+   hook's. Their replacements raise FRAME_LOCALS first, then call Python's own; inside the hook only
+   the witness's own code may (the gate closes otherwise), and the ranks' guard stops on it. */
+static PyObject *original_locals, *original_vars, *original_dir;
+
+static PyObject *
+call_original(PyObject *original, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs == 0 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) &&
+            PySys_Audit(FRAME_LOCALS, NULL) < 0)
+        return NULL;
+    return PyObject_Vectorcall(original, args, (size_t)nargs, kwnames);
+}
+
+static PyObject *
+sealed_locals(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)self;
+    return call_original(original_locals, args, nargs, kwnames);
+}
+
+static PyObject *
+sealed_vars(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)self;
+    return call_original(original_vars, args, nargs, kwnames);
+}
+
+static PyObject *
+sealed_dir(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)self;
+    return call_original(original_dir, args, nargs, kwnames);
+}
+
+static PyMethodDef frame_readers[] = {
+    {"locals", (PyCFunction)(void (*)(void))sealed_locals, METH_FASTCALL | METH_KEYWORDS,
+     "locals(): as Python's, announced to the grader's witness first."},
+    {"vars", (PyCFunction)(void (*)(void))sealed_vars, METH_FASTCALL | METH_KEYWORDS,
+     "vars([object]): as Python's; without an object, announced to the grader's witness first."},
+    {"dir", (PyCFunction)(void (*)(void))sealed_dir, METH_FASTCALL | METH_KEYWORDS,
+     "dir([object]): as Python's; without an object, announced to the grader's witness first."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(seal_frame_readers_doc,
+"seal_frame_readers()\n"
+"\n"
+"Put locals(), vars() and dir() that announce a read of the calling frame into builtins, once per\n"
+"process; Python's own are held only here.");
+
+static PyObject *
+seal_frame_readers(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    if (original_locals != NULL)
+        Py_RETURN_NONE;
+    PyObject *builtins = PyEval_GetBuiltins();  /* borrowed */
+    PyObject **originals[] = {&original_locals, &original_vars, &original_dir};
+    for (int i = 0; i < 3; i++) {
+        PyObject *original = PyDict_GetItemString(builtins, frame_readers[i].ml_name);
+        PyObject *sealed = PyCFunction_NewEx(&frame_readers[i], NULL, PyModule_GetNameObject(module));
+        if (original == NULL || sealed == NULL || PyDict_SetItemString(builtins, frame_readers[i].ml_name, sealed) < 0) {
+            Py_XDECREF(sealed);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "builtins has no locals, vars or dir");
+            return NULL;
+        }
+        *originals[i] = Py_NewRef(original);
+        Py_DECREF(sealed);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef gate_methods[] = {
     {"install", gate_install, METH_VARARGS, gate_install_doc},
+    {"seal_frame_readers", seal_frame_readers, METH_NOARGS, seal_frame_readers_doc},
     {NULL, NULL, 0, NULL},
 };
 

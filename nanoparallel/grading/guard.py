@@ -58,9 +58,10 @@ from nanoparallel.grading import registrations, sealed, signal_handlers
 from nanoparallel.grading.engine_fields import EngineFields
 from nanoparallel.grading.library_containers import LibraryContainers
 from nanoparallel.grading.originals import Originals, all_classes, is_code, shadowed_method
-from nanoparallel.grading.provenance import (Provenance, code_digest, frame_is_notebook, is_engine_file, is_library_file,
+from nanoparallel.grading.provenance import (Provenance, code_digest, frame_read_for_notebook, frame_is_notebook,
+                                     is_engine_file, is_library_file,
                                      is_under_library_roots, nested_codes, notebook_on_stack,
-                                     probed_for_notebook)
+                                     probed_for_notebook, witness_code)
 from nanoparallel.grading.thread_states import ThreadStates
 
 ENV = "NANOPARALLEL_GUARD"
@@ -96,6 +97,7 @@ def install(ip, plan_path: str) -> None:
         plan = json.load(f)
     os.unlink(plan_path)
     gate = _gate_module()
+    gate.seal_frame_readers()  # before anything remembers the builtins as they are
     # The writing end of a pipe the grader reads: lines can be added, none taken back. Programs
     # the kernel starts do not inherit it.
     fd = plan["records_fd"]
@@ -103,7 +105,7 @@ def install(ip, plan_path: str) -> None:
     _import_engine()
     sys.audit("nanoparallel.guard_installing")
     key = bytes.fromhex(plan.pop("key"))
-    hook, secrets = _make_hook(ip, key, fd, plan)
+    hook, secrets, graveyard = _make_hook(ip, key, fd, plan)
     del key
     # Everything the hook needs lives in its closure, and only the gate (C) holds the hook: no
     # Python object points at it. Each signal's handler as the kernel has it now; SIGINT's may
@@ -111,23 +113,8 @@ def install(ip, plan_path: str) -> None:
     before = signal_handlers.snapshot()
     interrupt_allowed = (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN)
     gate.install(hook, _HEARD, RESUME_EVENT, _signal.getsignal, tuple(before), tuple(before.values()),
-                 int(signal.SIGINT), interrupt_allowed, fd, secrets, _own_code())
+                 int(signal.SIGINT), interrupt_allowed, fd, secrets, witness_code(), graveyard)
 
-
-def _own_code() -> frozenset:
-    """The addresses of the witness's own code objects, its nested functions' included: while the
-    hook runs, only they may reach for frames (`_gate.c`). The modules keep them alive."""
-    codes = []
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("nanoparallel.grading") or type(module) is not types.ModuleType:
-            continue
-        for value in list(vars(module).values()):
-            members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == name else [value]
-            for member in members:
-                for fn in (member, getattr(member, "__func__", None), getattr(member, "fget", None)):
-                    if type(fn) is types.FunctionType:
-                        codes.extend(nested_codes(fn.__code__))
-    return frozenset(id(code) for code in codes)
 
 
 def _gate_module():
@@ -779,6 +766,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             for name in cell["binds"]:
                 if name in user_ns:
                     value = user_ns[name]
+                    graveyard.append(state["baseline"].get(name))  # dropped outside the hook
                     state["baseline"][name] = (value, _shape(value))
                     engine_fields.record(value, name)
             return
@@ -811,7 +799,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             ["this cell's end was reached without its start"]
         if not watched and state["graded"] == nonce:
             found.append("the witness's profile function was removed or replaced while the cell ran")
-        state.update(graded=None, entries=[], captured=[], sizes=[], shaped=[])
+        let_go()
         record({"kind": "graded", "nonce": nonce, "grade_id": cell["grade_id"],
                 "status": "ok" if not found else "tampered", "findings": found[:20]})
 
@@ -838,7 +826,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         handed_over[id(code)] = code  # the request's exec of it is not notebook code's own
         box.append(_seal(_partial(_exec, code, user_ns)))
 
-    def on_graded_failed(nonce, exc) -> None:
+    def on_graded_failed(nonce, exc, exports) -> None:
         """The request reports that a graded cell raised: what was seen while it ran is reported
         now (no later cell may come to carry it; the last graded cell has none after it), and the
         cell is over. The checks run as a function's body (guarded_execute.wrap_graded): what their
@@ -848,18 +836,27 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
             return
         _setprofile(None)
         if state["graded"] == nonce:
-            state.update(graded=None, entries=[], captured=[], sizes=[], shaped=[])
+            let_go()
         report_pending(f"in {cell['grade_id']}: ")
         # Read through BaseException's own descriptor: an exception class of the notebook's could
         # define `__traceback__` as a property, and run inside the hook.
-        tb = _traceback_of(exc) if isinstance(exc, BaseException) else None
-        while type(tb) is types.TracebackType:
+        tb = _traceback_of(exc) if issubclass(type(exc), BaseException) else None
+        while type(tb) is types.TracebackType and type(exports) is list and not exports:
             frame = tb.tb_frame
             if frame.f_code.co_name == GRADED_FUNCTION and frame.f_globals is user_ns:
-                exports = set(cell.get("exports", ()))  # what the visible checks bind, no more
-                user_ns.update((k, v) for k, v in frame.f_locals.items() if k in exports)
+                names = set(cell.get("exports", ()))  # what the visible checks bind, no more
+                # bound by the request, outside the hook: a value it replaces may run a __del__
+                exports.append({k: v for k, v in frame.f_locals.items() if type(k) is str and k in names})
                 break
             tb = tb.tb_next
+
+    def let_go() -> None:
+        """The graded cell is over: what its looks held goes to the gate, which drops it once the
+        hook has returned (a notebook object's __del__ must not run with the hook's frames below)."""
+        graveyard.extend((state["entries"], state["captured"], state["sizes"], state["shaped"]))
+        state.update(graded=None, entries=[], captured=[], sizes=[], shaped=[])
+
+    graveyard: list = []
 
     ran: set = set()
     handed_over: dict = {}  # id -> each graded cell's code, as prepare_graded compiled it
@@ -1004,7 +1001,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     if event == "nanoparallel.graded_run":
                         prepare_graded(*(tuple(args) + (None, None))[:2])
                     else:
-                        on_graded_failed(*(tuple(args) + (None, None))[:2])
+                        on_graded_failed(*(tuple(args) + (None, None, None))[:3])
                 finally:
                     state["busy"] = False
                 return
@@ -1012,7 +1009,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 if state["key"] is not None and frame_is_notebook(_caller(), notebook_code):
                     destroy("the notebook tried to add an audit hook")
                 return
-            if event == "object.__getattr__" and state["graded"] is None and args[1:2] != ("tb_frame",):
+            if event == "object.__getattr__" and state["graded"] is None and not (
+                    len(args) > 1 and type(args[1]) is str and args[1] == "tb_frame"):
                 return
             state["busy"] = True
             try:
@@ -1024,13 +1022,15 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                 if event in (COST_MODEL_RAN, COST_MODEL_RUNS):
                     return on_cost_model(event, args)
                 if event == signal_handlers.EVENT:
-                    destroy(f"notebook code installed {args[0] if args else 'a signal handler'}: a handler is "
+                    what = args[0] if args and type(args[0]) is str else "a signal handler"  # exact: no notebook __str__ in here
+                    destroy(f"notebook code installed {what}: a handler is "
                             "handed whatever frame is running, and the frames below it")
                     return
                 if event.startswith("nanoparallel."):
                     if event == "nanoparallel.rank_tamper":
-                        pending.append(f"a rank was stopped by its guard: {args[0]}" if str(args[0]).startswith("rank ")
-                                       else f"the engine refused to start ranks: {args[0]}")
+                        why = args[0] if args and type(args[0]) is str else "(not a message)"  # exact: no notebook __str__
+                        pending.append(f"a rank was stopped by its guard: {why}" if why.startswith("rank ")
+                                       else f"the engine refused to start ranks: {why}")
                     else:
                         on_marker(event, args[0] if args else None)
                     return
@@ -1038,10 +1038,10 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
                     code = args[0]
                     if handed_over.get(id(code)) is code:
                         return  # a graded cell's code, run by the kernel's request (prepare_graded)
-                    if isinstance(code, types.CodeType) and is_library_file(code.co_filename) and \
+                    if type(code) is types.CodeType and is_library_file(code.co_filename) and \
                             _importing(_caller()):
                         return  # a library module's own code, run by an import the notebook asked for
-                    if isinstance(code, types.CodeType) and frame_is_notebook(_caller(), notebook_code):
+                    if type(code) is types.CodeType and frame_is_notebook(_caller(), notebook_code):
                         notebook_code.update(id(c) for c in nested_codes(code))
                         _keep.append(code)  # ids must stay unique while remembered
                     return
@@ -1104,7 +1104,8 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
         reading_a_traceback = event == "object.__getattr__" and args[1] == "tb_frame"
         if state["graded"] is None and not (reading_a_traceback and state["key"] is not None):
             return False
-        if not _reaches_frames(caller, notebook_code, trusted):
+        if not (_reaches_frames(caller, notebook_code, trusted) or
+                (event == "sys._getframe" and frame_read_for_notebook(caller, notebook_code))):
             return False
         if state["graded"] is not None:
             pending.append(f"notebook code reached for the frames of the running checks "
@@ -1122,7 +1123,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     _keep: list = []
     record({"kind": "installed"})
     # What the gate clears if it closes: the key, what the hook remembers, the cells' hidden text.
-    return hook, (state, cells)
+    return hook, (state, cells), graveyard
 
 
 # How far up the stack, from one of the hook's helpers, the code that raised an event runs: the

@@ -17,6 +17,7 @@ import types
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep  # nanoparallel/, this file's grandparent
 _PACKAGE_FOLDER_NAMES = ("site-packages", "dist-packages")
+_WITNESS = _PACKAGE + "grading" + os.sep
 
 
 def package_folders() -> list[str]:
@@ -120,6 +121,43 @@ def probed_for_notebook(frame, notebook_code: set | frozenset = frozenset()) -> 
     if id(first.f_code) in notebook_code or not _is_library_code(first.f_code.co_filename):
         return True
     return not _walks_for_the_checks(first.f_code.co_filename) and notebook_on_stack(first, notebook_code)
+
+
+def frame_read_for_notebook(frame, notebook_code: set | frozenset = frozenset()) -> bool:
+    """Whether a `sys._getframe` that `frame` raised is the notebook's: `frame` runs code that does
+    not call it by name, so it called what it was handed (the engine's local call, torch's
+    tree_map, each given `map(sys._getframe, ...)`), with notebook code below. Code that reads
+    frames for itself names what it calls (logging, inspect, typing); the witness's own code
+    names what it captured, and does not count."""
+    code = frame.f_code
+    if _READS_FRAMES.intersection(code.co_names) or is_witness_file(code.co_filename):
+        return False
+    return notebook_on_stack(frame, notebook_code)
+
+
+_READS_FRAMES = frozenset({"_getframe", "currentframe"})
+
+
+def witness_code() -> frozenset:
+    """The addresses of the witness's own code objects (nanoparallel/grading/, nested functions
+    included): while its hook runs, only they may reach for frames (`_gate.c`, the ranks' guard).
+    The modules keep them alive."""
+    codes = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("nanoparallel.grading") or type(module) is not types.ModuleType:
+            continue
+        for value in list(vars(module).values()):
+            members = list(vars(value).values()) if isinstance(value, type) and value.__module__ == name else [value]
+            for member in members:
+                for fn in (member, getattr(member, "__func__", None), getattr(member, "fget", None)):
+                    if type(fn) is types.FunctionType:
+                        codes.extend(nested_codes(fn.__code__))
+    return frozenset(id(code) for code in codes)
+
+
+def is_witness_file(filename: str) -> bool:
+    """A source file of the grading witness (nanoparallel/grading/)."""
+    return is_engine_file(filename) and os.path.realpath(filename).startswith(_WITNESS)
 
 
 # The engine's one module that walks the garbage collector itself (what a construction keeps).

@@ -55,12 +55,18 @@ def channel(event: str, args: tuple, library_path=lambda path: False, private=No
     if event == "open":
         path, mode = args[0], args[1] if len(args) > 1 else None
         if _writing(mode):
-            return f"open({path!r}) for writing"
-        return None if _readable(path, library_path, private) else f"open({path!r})"
+            return f"open({_shown(path)}) for writing"
+        return None if _readable(path, library_path, private) else f"open({_shown(path)})"
     if event in ("os.listdir", "os.scandir"):
         path = args[0] if args and args[0] is not None else "."
-        return None if _readable(path, library_path, private) else f"{event}({path!r})"
+        return None if _readable(path, library_path, private) else f"{event}({_shown(path)})"
     return None
+
+
+def _shown(path) -> str:
+    # Exact types only, here and in _readable: a notebook's object would run its own __repr__ or
+    # __class__ inside the guard's hook, while the hook hears nothing.
+    return repr(path) if type(path) in (str, bytes, int) else "an object"
 
 
 def _writing(mode) -> bool:
@@ -74,9 +80,9 @@ def _writing(mode) -> bool:
 def _readable(path, library_path, private) -> bool:
     """A path whose contents no other rank can have written: not a file descriptor, not a shared
     folder, the working folder or home, not another process's /proc entry."""
-    if isinstance(path, bytes):
+    if type(path) is bytes:
         path = os.fsdecode(path)
-    if not isinstance(path, str):
+    if type(path) is not str:
         return False  # a file descriptor: which file it is cannot be told from here
     if library_path(path):
         return True

@@ -21,8 +21,9 @@ import types
 from nanoparallel.grading import rank_channels, registrations, signal_handlers
 from nanoparallel.grading.sealed import opaque
 from nanoparallel.grading.guard import PROBES, _importing
-from nanoparallel.grading.provenance import (Provenance, frame_is_notebook, is_under_library_roots,
-                                             notebook_on_stack, probed_for_notebook)
+from nanoparallel.grading.provenance import (Provenance, frame_read_for_notebook, frame_is_notebook,
+                                             is_under_library_roots, notebook_on_stack, probed_for_notebook,
+                                             witness_code)
 
 ENV = "NANOPARALLEL_GUARDED"
 TAMPERED = 86
@@ -32,6 +33,10 @@ _MODULES = ("builtins", "math", "copy", "operator", "functools", "itertools", "p
             "torch.distributed.distributed_c10d", "torch.nn", "torch.nn.functional", "torch.autograd",
             "torch.autograd.function", "torch.nn.modules.module", "torch._tensor", "torch.optim")
 _PROBES = PROBES | {"sys._getframe"}
+# What the rank's hook hears while it works (see `hook`): ways to a frame, and ways to read the
+# running frame or run code in it, which the hook never uses itself.
+_READS_THIS_FRAME = frozenset({"exec", "nanoparallel.frame_locals"})
+_INSIDE = _PROBES | _READS_THIS_FRAME
 # The frame attributes Python audits: with a frame, code could reach the worker loop below it.
 _FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"}
 _CODE_ATTRS = {"__code__", "__defaults__", "__kwdefaults__"}
@@ -73,13 +78,16 @@ def install():
         for key, value in list(cls.__dict__.items()):
             if isinstance(value, _CALLABLE):
                 watched.append((cls.__dict__, key, value))
+    from nanoparallel.grading import _gate
+    _gate.seal_frame_readers()  # locals(), vars(), dir() announce a read of the calling frame
     is_notebook = Provenance().is_notebook
     _exit, _write, _getframe, _is_notebook = os._exit, os.write, sys._getframe, frame_is_notebook
-    _probed = probed_for_notebook
+    _probed, _read_for_notebook = probed_for_notebook, frame_read_for_notebook
     _on_stack, _channel, _library_path = notebook_on_stack, rank_channels.channel, is_under_library_roots
     _events, _in_import, _private = rank_channels.EVENTS, _importing, rank_channels.private_roots()
     code = TAMPERED
-    busy = [False]
+    busy = [0]  # 1 while the hook works, 2 while it asks who raised an event it heard meanwhile
+    _own = witness_code()
     # A handler would be handed the running frame, and below it the worker loop's
     # (signal_handlers.py): installing one stops the rank before it is in place.
     signal_allowed, signal_changed = signal_handlers.rules(signal_handlers.snapshot())
@@ -97,6 +105,19 @@ def install():
 
     def hook(event, args):
         if busy[0]:
+            # Code the hook runs without meaning to (a notebook object's property, read as the hook
+            # looks at an event's arguments) has the hook's frames below it: only the witness's own
+            # code may reach for frames then, and nothing may read the hook's locals or run code in
+            # its frame (as in the kernel's gate, _gate.c).
+            if busy[0] == 1 and (event in _INSIDE or event.startswith("gc.") or (
+                    event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS)):
+                busy[0] = 2
+                try:
+                    own = id(_getframe(1).f_code) in _own
+                finally:
+                    busy[0] = 1
+                if own == (event in _READS_THIS_FRAME):
+                    stop(f"code ran inside the rank's guard and used {event}")
             return
         if event == _signal_event:
             stop(f"code on a rank installed {args[0] if args else 'a signal handler'}: a handler is handed the "
@@ -112,7 +133,7 @@ def install():
             event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS)
         if not probe and event not in _events and not event.startswith("socket."):
             return
-        busy[0] = True
+        busy[0] = 1
         try:
             if probe:
                 # A walk or trace handed to another library (torch's tree_map) with notebook code
@@ -120,7 +141,8 @@ def install():
                 if _logging_finds_its_caller(_getframe(1)):
                     return  # logging's record of who logged: it hands back a file name and a line
                 if event == "sys.addaudithook" or _is_notebook(_getframe(1)) or (
-                        (event in PROBES or event.startswith("ctypes.")) and _probed(_getframe(1))):
+                        (event in PROBES or event.startswith("ctypes.")) and _probed(_getframe(1))) or (
+                        event == "sys._getframe" and _read_for_notebook(_getframe(1))):
                     stop(f"notebook code used {event}")
                 return
             # A library (pathlib, torch.save, socket.create_connection) may act for notebook
@@ -130,7 +152,7 @@ def install():
                 stop(f"notebook code on a rank used {used}: data sent that way never shows in the "
                      "trace, so the course's checks cannot see it (use torch.distributed's functions)")
         finally:
-            busy[0] = False
+            busy[0] = 0
 
     sys.addaudithook(hook)
     watched += _guard_native_channels(stop, _getframe, _on_stack)

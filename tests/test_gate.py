@@ -57,6 +57,7 @@ def run(body: str) -> str:
 def test_the_gate_lets_in_only_the_events_the_hook_reads():
     out = run('''
         sys.audit("nanoparallel.marker"); sys.audit("unheard.event"); sys.audit("sys._getframe")
+        locals(); vars(); dir()  # outside the hook, a read of the calling frame is no event of the hook's
         sys.audit("nanoparallel.resume", None, "call"); sys.audit("nanoparallel.resume", None, "return")
         print(seen)
     ''')

@@ -190,8 +190,8 @@ gate(const char *event, PyObject *args, void *unused)
         }
         return 0;
     }
-    if (!is_heard(event))
-        return 0;
+    if (!is_heard(event) || strcmp(event, FRAME_LOCALS) == 0)
+        return 0;  /* a read of the calling frame outside the hook is anyone's business */
     if (strcmp(event, resume_event) == 0) {
         /* The profile function's events: only a frame returning is read. */
         if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(args, 1)) ||

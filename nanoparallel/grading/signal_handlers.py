@@ -58,8 +58,10 @@ def watch(allowed) -> list:
     audit, install, create = sys.audit, _signal.signal, _imp.create_builtin
 
     def signal_(signalnum, handler):
-        if not allowed(signalnum, handler):
-            audit(EVENT, f"a handler for signal {signalnum!r}")
+        # Exact types only: a notebook's number could compare equal to SIGINT here (__eq__) and
+        # name another signal to _signal (__index__).
+        if type(signalnum) is not int or not allowed(signalnum, handler):
+            audit(EVENT, f"a handler for signal {signalnum}" if type(signalnum) is int else "a handler for a signal")
         return install(signalnum, handler)
 
     def create_builtin(spec):

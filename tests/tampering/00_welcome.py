@@ -641,4 +641,55 @@ def _arm():
     thief.me, thief.mock = thief, unittest.mock.MagicMock()
 _arm()
 '''), "zero": ALL, "full": []},
+    # Notebook methods the witness's hook runs as it reads an event's arguments (str() of a forged
+    # rank report here): made of C callables, they add no frame of their own, so eval() or vars()
+    # inside them reads the hook's own frame, its closure and the key, with no audit event.
+    "a_method_the_witness_runs_reads_its_frame": {"cells": _all_stubbed('''
+import itertools, sys
+from functools import partial
+_stolen = []
+class _Eval:
+    __str__ = staticmethod(partial(eval, "args[0].take(dict(locals())) or 'rank x'"))  # the hook's own globals
+    take = staticmethod(_stolen.append)
+class _Vars:
+    __str__ = staticmethod(partial(_stolen.extend, itertools.starmap(vars, [()])))
+for _shown in (_Eval(), _Vars()):
+    try:
+        sys.audit("nanoparallel.rank_tamper", _shown)
+    except Exception:
+        pass
+for _found in _stolen:
+    if "on_marker" in _found and "state" in _found:
+        _closed = dict(zip(_found["on_marker"].__code__.co_freevars, _found["on_marker"].__closure__))
+        for _nonce, _cell in _closed["cells"].cell_contents.items():
+            _closed["record"].cell_contents({"kind": "graded", "nonce": _nonce, "grade_id": _cell.get("grade_id"),
+                                             "status": "ok", "findings": []})
+        _found["state"]["key"] = None
+'''), "zero": ALL, "full": []},
+    # The same on a rank: the rank's guard reads an "open" event's path, whose __class__ is a
+    # property that walks down to the checks' inputs for every rank; filler is sent instead.
+    "a_property_the_ranks_guard_runs_reads_the_inputs": {"cells": {"pass_right": '''
+def pass_right(tensor):
+    import sys
+    rank, world = dist.get_rank(), dist.get_world_size()
+    found = []
+    class _Path:
+        @property
+        def __class__(self):
+            frame = sys._getframe(1)
+            while frame is not None and not found:
+                if "inputs" in frame.f_locals:
+                    found.append(frame.f_locals["inputs"])
+                frame = frame.f_back
+            raise LookupError("done")
+    try:
+        sys.audit("open", _Path(), "r", 0)
+    except LookupError:
+        pass
+    received = torch.empty_like(tensor)
+    request = dist.isend(torch.zeros_like(tensor), dst=(rank + 1) % world)
+    dist.recv(received, src=(rank - 1) % world)
+    request.wait()
+    return found[0][(rank - 1) % world].clone() if found else received
+'''}, "zero": ["pass_right"], "full": ["training_time", "transfer_time"]},
 }

@@ -348,8 +348,16 @@ def judge(nb, wrapped: dict, entries: list[dict]) -> dict:
         grade_id = cell.metadata["nbgrader"].get("grade_id")
         failed = any(o.get("output_type") == "error" for o in cell.outputs)
         entry = graded.get(nonce)
-        if entry and entry["status"] == "ok":
+        if entry and entry["status"] == "ok" and not failed:
             witnessed.append(grade_id)
+            continue
+        if entry and entry["status"] == "ok":
+            # The witness writes "ok" only once the checks' last line has run: a cell that then
+            # shows an error had its record written by something else.
+            why = "the records say this cell's checks reached their last line, yet the cell raised"
+            reasons.append(f"{grade_id}: {why}")
+            cells[grade_id] = why
+            cell.outputs.append(_integrity_error(f"this cell scores 0: {why}"))
             continue
         if any(o.get("output_type") == "execute_result" for o in cell.outputs):
             # The course's checks end in statements: a value shown by a graded cell that did not

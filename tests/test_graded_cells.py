@@ -98,3 +98,21 @@ def test_a_line_the_guard_did_not_write_is_a_finding():
     assert {"kind": "probe", "reason": "gc"} in glued and any(e["kind"] == "finding" for e in glued)
     # A record cut short as the kernel died counts for nothing, and flags nothing.
     assert read_records(line({"kind": "installed"}) + line(ok)[:30], key) == [{"kind": "installed"}]
+
+
+def test_an_ok_record_for_a_cell_that_raised_scores_nothing_and_is_flagged():
+    """The witness writes "ok" only once the checks' last line has run; a forged record for a
+    cell that failed must not score it (and must say so), whatever wrote it."""
+    from guarded_execute import judge
+    nb = nbformat.v4.new_notebook()
+    for failed in (False, True):
+        cell = nbformat.v4.new_code_cell("pass", metadata={"nbgrader": {"grade_id": f"cell_{failed}", "grade": True}})
+        if failed:
+            cell.outputs = [nbformat.v4.new_output("error", ename="RankError", evalue="", traceback=[])]
+        nb.cells.append(cell)
+    wrapped = {0: ("n0", "graded", None), 1: ("n1", "graded", None)}
+    entries = [{"kind": "installed"}] + [{"kind": "graded", "nonce": n, "grade_id": "x", "status": "ok", "findings": []}
+                                         for n in ("n0", "n1")]
+    verdict = judge(nb, wrapped, entries)
+    assert verdict["witnessed"] == ["cell_False"]
+    assert verdict["flagged"] and "cell_True" in verdict["cells"]

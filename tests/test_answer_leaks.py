@@ -95,6 +95,9 @@ NOT_CALLED = {
     "nanoparallel.grading.guard.install": "installs the grading guard in this process",
     "nanoparallel.grading.guard.load_ipython_extension": "installs the grading guard in this process",
     "nanoparallel.grading.rank_guard.install": "installs the rank guard in this process",
+    "nanoparallel.grading._gate.install": "installs the witness's gate in this process",
+    "nanoparallel.grading._gate.seal_frame_readers": "replaces this process's locals, vars and dir",
+    "nanoparallel.grading.signal_handlers.watch": "wraps this process's _signal.signal and _imp.create_builtin",
     "nanoparallel.runtime.context.set_current_tracer": "changes this process's tracer",
     "nanoparallel.runtime.race.time_both": "runs collectives on a process group",
 }

@@ -25,6 +25,7 @@ Nothing in Python refers to the hook once it is installed: the gate holds it in 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -75,6 +76,25 @@ is_one_of(PyObject *value, PyObject *options)
 
 /* Every signal's handler is the object the kernel had (by identity: comparing with == would run
    the notebook's __eq__). */
+static long changed_signal;  /* the first signal found with a handler the kernel did not have */
+
+/* The interpreter is shutting down: Python has torn its signal handling down (every handler reads
+   None) and is tearing the modules down. No cell runs any more and nothing is left to witness, so
+   the gate closes without a word: it clears the secrets, drops the hook and closes its end of the
+   records, so that no __del__ run by the teardown can read or write them. */
+static void
+close_quietly(void)
+{
+    closed = 1;
+    for (Py_ssize_t i = 0; secrets != NULL && i < PyTuple_GET_SIZE(secrets); i++)
+        PyDict_Clear(PyTuple_GET_ITEM(secrets, i));
+    Py_CLEAR(hook);
+    Py_CLEAR(secrets);
+    if (records_fd >= 0)
+        close(records_fd);
+    records_fd = -1;
+}
+
 static int
 handlers_unchanged(void)
 {
@@ -85,11 +105,17 @@ handlers_unchanged(void)
             PyErr_Clear();
             return 0;
         }
+        if (now == Py_None && PyTuple_GET_ITEM(handlers, i) != Py_None) {
+            Py_DECREF(now);
+            return -1;  /* torn down: Python is finalizing (nothing else sets None) */
+        }
         int same = now == PyTuple_GET_ITEM(handlers, i) ||
                    (PyLong_AsLong(number) == interrupt_number && is_one_of(now, interrupt_allowed));
         Py_DECREF(now);
-        if (!same)
+        if (!same) {
+            changed_signal = PyLong_AsLong(number);
             return 0;
+        }
     }
     return 1;
 }
@@ -171,6 +197,8 @@ gate(const char *event, PyObject *args, void *unused)
         return 0;
     }
     int adds_hook = strcmp(event, "sys.addaudithook") == 0;
+    if (!closed && _Py_IsFinalizing())
+        close_quietly();
     if (closed)
         return adds_hook ? refuse_hook() : 0;
     unsigned long me = PyThread_get_thread_ident();
@@ -211,8 +239,19 @@ gate(const char *event, PyObject *args, void *unused)
     owner = me;
     PyObject *error_type, *error_value, *error_tb;
     PyErr_Fetch(&error_type, &error_value, &error_tb);
-    if (!handlers_unchanged()) {
-        close_gate("\nthe witness closed: a signal handler the kernel did not install was in place\n");
+    int unchanged = handlers_unchanged();
+    if (unchanged < 0) {
+        close_quietly();
+        owner = 0;
+        PyThread_release_lock(lock);
+        PyErr_Restore(error_type, error_value, error_tb);
+        return adds_hook ? refuse_hook() : 0;
+    }
+    if (!unchanged) {
+        char line[160];
+        snprintf(line, sizeof line, "\nthe witness closed: a signal handler the kernel did not install was in place "
+                 "(signal %ld)\n", changed_signal);
+        close_gate(line);
         owner = 0;
         PyThread_release_lock(lock);
         PyErr_Restore(error_type, error_value, error_tb);

@@ -16,6 +16,7 @@ import inspect
 import logging
 import os
 import sys
+import threading
 import types
 
 from nanoparallel.grading import rank_channels, registrations, signal_handlers
@@ -86,7 +87,10 @@ def install():
     _on_stack, _channel, _library_path = notebook_on_stack, rank_channels.channel, is_under_library_roots
     _events, _in_import, _private = rank_channels.EVENTS, _importing, rank_channels.private_roots()
     code = TAMPERED
-    busy = [0]  # 1 while the hook works, 2 while it asks who raised an event it heard meanwhile
+    # [1 while the hook works and 2 while it asks who raised an event it heard meanwhile, the
+    # thread it works on]
+    busy = [0, None]
+    _thread_id = threading.get_ident
     _own = witness_code()
     # A handler would be handed the running frame, and below it the worker loop's
     # (signal_handlers.py): installing one stops the rank before it is in place.
@@ -104,6 +108,8 @@ def install():
     stop = opaque(stop)
 
     def hook(event, args):
+        if busy[0] and busy[1] != _thread_id():
+            return  # another thread's event while this one's hook works: as before, unheard
         if busy[0]:
             # Code the hook runs without meaning to (a notebook object's property, read as the hook
             # looks at an event's arguments) has the hook's frames below it: only the witness's own
@@ -133,7 +139,7 @@ def install():
             event == "object.__setattr__" and len(args) > 1 and args[1] in _CODE_ATTRS)
         if not probe and event not in _events and not event.startswith("socket."):
             return
-        busy[0] = 1
+        busy[0], busy[1] = 1, _thread_id()
         try:
             if probe:
                 # A walk or trace handed to another library (torch's tree_map) with notebook code

@@ -123,6 +123,27 @@ def test_allocations_say_when_each_block_was_born_and_freed():
     del y
 
 
+def test_times_come_from_the_profilers_own_clock_not_two_clocks_read_once(monkeypatch):
+    """A preemption between reading two clocks once would shift every time of the block: here
+    time.time_ns reads 50 ms ahead, as if the thread had been preempted right after it."""
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 50_000_000)
+    with peak_memory() as m:
+        before = time.perf_counter()
+        x = torch.empty(1_000_000)
+        after = time.perf_counter()
+    monkeypatch.undo()
+    (block,) = [a for a in m.allocations if a.nbytes == MILLION_FLOATS]
+    assert before <= block.born <= after
+    del x
+
+
+def test_the_clock_marks_are_not_counted():
+    with peak_memory() as m:
+        pass
+    assert (m.peak, m.allocated, m.retained, m.allocations) == (0, 0, 0, [])
+
+
 def test_storage_resize_to_zero_frees_like_fsdp():
     with peak_memory() as m:
         full = torch.empty(1_000_000)

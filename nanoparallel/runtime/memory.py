@@ -19,6 +19,7 @@ import ctypes
 import functools
 import gc
 import glob
+import math
 import os
 import sys
 import time
@@ -145,7 +146,7 @@ class PeakMemory:
         self.retained = 0    # bytes allocated inside the block and still alive at exit
         self.allocations: list[Allocation] = []
         self._profiler = None
-        self._clock_ns = 0   # time.time_ns() - time.perf_counter_ns(): torch 2.13's profiler stamps with the first
+        self._clock = (0, [])  # see _clock_marks
         self._log_level = None
 
     def __enter__(self) -> PeakMemory:
@@ -159,7 +160,7 @@ class PeakMemory:
         with _muted_output():
             self._profiler.__enter__()
         self._log_level = _raise_c10_log_level(_C10_ERROR)
-        self._clock_ns = time.time_ns() - time.perf_counter_ns()
+        self._clock = _clock_marks()
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -169,7 +170,7 @@ class PeakMemory:
         finally:
             _restore_c10_log_level(self._log_level)
         self.peak, self.allocated, self.retained, self.allocations = _replay(self._profiler.kineto_results,
-                                                                             self._clock_ns)
+                                                                             self._clock)
         return False
 
 
@@ -232,9 +233,40 @@ def peak_memory() -> PeakMemory:
     return PeakMemory()
 
 
-def _replay(results, clock_ns: int = 0) -> tuple[int, int, int, list[Allocation]]:
-    """(peak, allocated, retained, allocations) from the recorded CPU allocations, in time order.
-    `clock_ns` turns the profiler's times (``time.time_ns``) into ``time.perf_counter``'s."""
+_MARK_BYTES = 24  # a clock mark's size: what it is does not matter, it is found by its address
+
+
+def _clock_marks(n: int = 3) -> tuple[int, list[tuple[int, int, int]]]:
+    """(time_ns - perf_counter_ns read now, marks): each mark (address, perf_counter_ns before,
+    after) of an allocation made between two reads of perf_counter, for `_replay` to tie the
+    profiler's clock to perf_counter's.
+
+    The profiler stamps on the wall clock. Converting its stamps by the offset between
+    time.time_ns and perf_counter, each read once, is not enough: a thread preempted between the
+    two reads shifts every stamp of the block by the length of the preemption, milliseconds on a
+    loaded machine, and a free made just before an op began reads as made after it (a right answer
+    of the pipeline notebook lost its points so, once, under a test suite's load). A mark's stamp
+    lies between its two reads, on the profiler's own clock: the offset read from the two clocks
+    is kept within what the marks allow, a few microseconds wide."""
+    reads = []
+    for _ in range(n):
+        before = time.perf_counter_ns()
+        wall = time.time_ns()
+        after = time.perf_counter_ns()
+        reads.append((after - before, wall - (before + after) // 2))
+    marks, kept = [], []
+    for _ in range(n):
+        before = time.perf_counter_ns()
+        mark = torch.empty(_MARK_BYTES, dtype=torch.uint8)
+        after = time.perf_counter_ns()
+        marks.append((mark.untyped_storage().data_ptr(), before, after))
+        kept.append(mark)  # alive until all are made: each at an address of its own
+    return min(reads)[1], marks
+
+
+def _replay(results, clock=(0, ())) -> tuple[int, int, int, list[Allocation]]:
+    """(peak, allocated, retained, allocations) from the recorded CPU allocations, in time order,
+    on perf_counter's clock by `clock` (`_clock_marks`), whose marks are left out."""
     from torch._C._profiler import _EventType
 
     # Depth-first in order, so that a sort by time keeps an op's events in their order on ties.
@@ -245,9 +277,11 @@ def _replay(results, clock_ns: int = 0) -> tuple[int, int, int, list[Allocation]
         if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
             fields = node.extra_fields
             events.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+    events.sort(key=lambda e: e[0])
+    clock_ns, events = _marked_clock(events, clock)
     # Frees are negative sizes; a free of a block we never saw allocated is from before.
     live, current, peak, allocated, blocks = {}, 0, 0, 0, []
-    for ns, ptr, size in sorted(events, key=lambda e: e[0]):
+    for ns, ptr, size in events:
         when = (ns - clock_ns) / 1e9
         if size > 0:
             live[ptr] = len(blocks)
@@ -260,6 +294,24 @@ def _replay(results, clock_ns: int = 0) -> tuple[int, int, int, list[Allocation]
             blocks[i] = blocks[i]._replace(freed=when)
             current -= blocks[i].nbytes
     return peak, allocated, current, blocks
+
+
+def _marked_clock(events: list, clock) -> tuple[int, list]:
+    """(profiler ns - perf_counter ns, the events without the marks' allocations and frees), from
+    `events` (ns, address, size) in time order and `clock` (`_clock_marks`). Each mark is its
+    address's first allocation of _MARK_BYTES."""
+    offset, marks = clock
+    low, high, left_out = -math.inf, math.inf, set()
+    for ptr, before, after in marks:
+        found = next((i for i, (_, p, size) in enumerate(events) if p == ptr and size == _MARK_BYTES), None)
+        if found is None:  # a profiler that records no allocations
+            continue
+        freed = next((i for i in range(found + 1, len(events)) if events[i][1] == ptr and events[i][2] < 0), None)
+        left_out.update({found, freed} - {None})
+        low, high = max(low, events[found][0] - after), min(high, events[found][0] - before)
+    if low <= high:
+        offset = min(max(offset, low), high)
+    return offset, [e for i, e in enumerate(events) if i not in left_out]
 
 
 @contextlib.contextmanager

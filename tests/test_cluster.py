@@ -36,6 +36,37 @@ def test_kwargs_and_closures_travel_by_value(cluster4):
     assert [t.tolist() for t in out] == [[r, r + 2.0, r + 4.0] for r in range(4)]
 
 
+def test_run_each_sends_every_rank_its_own_input_only(cluster4):
+    secrets = [torch.full((2,), float(10 * r)) for r in range(4)]
+
+    def what_reached_me(x, scale):
+        import gc
+        seen = {float(t.sum()) for t in gc.get_objects() if isinstance(t, torch.Tensor) and t.numel() == 2}
+        return float(x[0]) * scale, seen
+
+    out = cluster4.run_each(what_reached_me, secrets, 0.5)
+    assert [value for value, _ in out] == [5.0 * r for r in range(4)]
+    for r, (_, seen) in enumerate(out):
+        assert {20.0 * q for q in range(4) if q != r}.isdisjoint(seen), f"rank {r} holds another rank's input"
+
+
+def test_run_each_sends_a_view_without_the_storage_behind_it(cluster4):
+    whole = torch.arange(8.0)
+    out = cluster4.run_each(lambda part: (part.tolist(), part.untyped_storage().nbytes()), whole.tensor_split(4))
+    assert out == [([2.0 * r, 2.0 * r + 1], 8) for r in range(4)]
+    nested = cluster4.run_each(lambda inp: inp["part"][0].untyped_storage().nbytes(),
+                               [{"part": (p,)} for p in whole.tensor_split(4)])
+    assert nested == [8] * 4
+
+
+@pytest.mark.parametrize("inputs, says", [([1, 2, 3], "one input per rank: got 3 for 4 ranks"),
+                                          (7, "a list with one input per rank")])
+def test_run_each_refuses_anything_but_one_input_per_rank(cluster4, inputs, says):
+    with pytest.raises((ValueError, TypeError), match=says):
+        cluster4.run_each(lambda x: x, inputs)
+    assert cluster4.run(rank_and_size)[3] == (3, 4)
+
+
 def test_printed_output_is_shown_by_rank_on_stdout(cluster4, capfd):
     cluster4.run(lambda: print(f"hello from {dist.get_rank()}"))
     out, err = capfd.readouterr()

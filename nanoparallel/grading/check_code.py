@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import math
 
-PORTABLE = frozenset({"run", "resize", "world_size", "timeout", "close", "is_main", "rank"})
+PORTABLE = frozenset({"run", "run_each", "resize", "world_size", "timeout", "close", "is_main", "rank"})
 _EVAL_GLOBALS = {"__builtins__": {f.__name__: f for f in (len, min, max, sum, abs, int)}, "math": math}
 
 

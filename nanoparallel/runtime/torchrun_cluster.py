@@ -48,13 +48,13 @@ import torch.distributed as dist
 from nanoparallel.runtime import tracing, tracing_functional
 from nanoparallel.runtime.board import COMM, DONE, RUNNING, StatusBoard
 from nanoparallel.runtime.cluster import (DEFAULT_TIMEOUT, GLOO_TIMEOUT, Cluster, RunResult, _dumps,  # noqa: F401
-                                          in_torchrun, pack_run)  # in_torchrun: also this module's
+                                          in_torchrun, one_input_per_rank, pack_run)  # in_torchrun: also this module's
 from nanoparallel.runtime.context import set_current_tracer
 from nanoparallel.runtime.errors import ClusterError, rank_error, torchrun_deadline_message
 from nanoparallel.runtime.trace import Trace
 from nanoparallel.runtime.worker import _error_info, die_with_parent_process
 
-WORKS_HERE = "run, resize (to the same size), world_size, rank, is_main, timeout and close"
+WORKS_HERE = "run, run_each, resize (to the same size), world_size, rank, is_main, timeout and close"
 LOCAL_SETTINGS = ("backend", "stall_timeout", "start_timeout", "start_method", "log_path")
 REPORT_GRACE = 2.0  # seconds a rank past its deadline waits, once it has reported, before it exits
 
@@ -116,6 +116,12 @@ class TorchrunCluster:
             raise rank_error(errors, {}) from None
         trace = Trace([e for _, events in gathered for e in events], self._world_size)
         return RunResult([cloudpickle.loads(outcome[1]) for outcome, _ in gathered], trace, seconds)
+
+    def run_each(self, fn, inputs, *args, **kwargs) -> RunResult:
+        """Run ``fn(inputs[r], *args, **kwargs)`` on rank r, here as every rank does. Every rank
+        runs the script under torchrun, so each made every input itself: nothing is kept from it."""
+        self._check_open()
+        return self.run(fn, one_input_per_rank(inputs, self._world_size)[self.rank], *args, **kwargs)
 
     def resize(self, world_size: int) -> None:
         """Nothing to do for torchrun's own world size; any other is an error that says how to get it."""

@@ -652,5 +652,43 @@ class ReduceFromParallel(torch.autograd.Function):
     },
 })
 
+
+# f and f-bar that all-reduce filler in the right phase and return what the sum would be, every
+# rank's input and seed gradient rebuilt from the seeds the checks used to draw them from
+# (100 + rank): f_g 2/2 on those checks. They now draw afresh and send each rank its own only.
+SEEDS_REBUILT = '''
+def _rebuilt(shape, transposed, q, second):
+    """Rank q's input (or, second, its seed gradient) as the checks drew it from the seed 100 + q."""
+    g = torch.Generator().manual_seed(100 + q)
+    x = torch.randn(*(shape[::-1] if transposed else shape), generator=g)
+    x = x.t() if transposed else x
+    return torch.randn(x.shape, generator=g) if second else x
+
+
+class CopyToParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.transposed = x.dim() == 2 and not x.is_contiguous()
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        dist.all_reduce(torch.zeros(grad.shape))          # filler, in the right phase
+        return sum(_rebuilt(tuple(grad.shape), ctx.transposed, q, True) for q in range(dist.get_world_size()))
+
+
+class ReduceFromParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        dist.all_reduce(torch.zeros(x.shape))             # filler, in the right phase
+        transposed = x.dim() == 2 and not x.is_contiguous()
+        return sum(_rebuilt(tuple(x.shape), transposed, q, False) for q in range(dist.get_world_size()))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+'''
+MUTANTS['inputs_rebuilt_from_seeds'] = {'f_g': SEEDS_REBUILT}
+
 # Each answer function returning values that equal everything (tests/equals_everything.py).
 MUTANTS.update(equals_everything.mutants("05_tensor_parallel", returns_nothing=("sync_sequence_parallel_grads",)))

@@ -78,23 +78,6 @@ is_one_of(PyObject *value, PyObject *options)
    the notebook's __eq__). */
 static long changed_signal;  /* the first signal found with a handler the kernel did not have */
 
-/* The interpreter is shutting down: Python has torn its signal handling down (every handler reads
-   None) and is tearing the modules down. No cell runs any more and nothing is left to witness, so
-   the gate closes without a word: it clears the secrets, drops the hook and closes its end of the
-   records, so that no __del__ run by the teardown can read or write them. */
-static void
-close_quietly(void)
-{
-    closed = 1;
-    for (Py_ssize_t i = 0; secrets != NULL && i < PyTuple_GET_SIZE(secrets); i++)
-        PyDict_Clear(PyTuple_GET_ITEM(secrets, i));
-    Py_CLEAR(hook);
-    Py_CLEAR(secrets);
-    if (records_fd >= 0)
-        close(records_fd);
-    records_fd = -1;
-}
-
 static int
 handlers_unchanged(void)
 {
@@ -165,11 +148,17 @@ reaches_frames(const char *event, PyObject *args)
     return 0;
 }
 
+/* Closes the gate for good: clears the secrets and drops the hook. With a `line`, writes it into
+   the records first (the grader turns it into a finding). Without one, the interpreter is
+   shutting down: Python has torn its signal handling down (every handler reads None) and is
+   tearing the modules down. No cell runs any more and nothing is left to witness, so the gate
+   closes without a word, and closes its end of the records too, so that no __del__ run by the
+   teardown can write there. */
 static void
 close_gate(const char *line)
 {
     closed = 1;
-    if (records_fd >= 0) {
+    if (records_fd >= 0 && line != NULL) {
         ssize_t written = write(records_fd, line, strlen(line));
         (void)written;  /* nothing to do if the grader's pipe is gone */
     }
@@ -177,6 +166,10 @@ close_gate(const char *line)
         PyDict_Clear(PyTuple_GET_ITEM(secrets, i));
     Py_CLEAR(hook);
     Py_CLEAR(secrets);
+    if (line == NULL && records_fd >= 0) {
+        close(records_fd);
+        records_fd = -1;
+    }
 }
 
 static int
@@ -198,7 +191,7 @@ gate(const char *event, PyObject *args, void *unused)
     }
     int adds_hook = strcmp(event, "sys.addaudithook") == 0;
     if (!closed && _Py_IsFinalizing())
-        close_quietly();
+        close_gate(NULL);
     if (closed)
         return adds_hook ? refuse_hook() : 0;
     unsigned long me = PyThread_get_thread_ident();
@@ -241,7 +234,7 @@ gate(const char *event, PyObject *args, void *unused)
     PyErr_Fetch(&error_type, &error_value, &error_tb);
     int unchanged = handlers_unchanged();
     if (unchanged < 0) {
-        close_quietly();
+        close_gate(NULL);
         owner = 0;
         PyThread_release_lock(lock);
         PyErr_Restore(error_type, error_value, error_tb);

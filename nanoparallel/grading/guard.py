@@ -105,16 +105,15 @@ def install(ip, plan_path: str) -> None:
     _import_engine()
     sys.audit("nanoparallel.guard_installing")
     key = bytes.fromhex(plan.pop("key"))
-    hook, secrets, graveyard = _make_hook(ip, key, fd, plan)
+    # Each signal's handler as the kernel has it now: the hook and the gate allow these only.
+    before = signal_handlers.snapshot()
+    hook, secrets, graveyard = _make_hook(ip, key, fd, plan, before)
     del key
     # Everything the hook needs lives in its closure, and only the gate (C) holds the hook: no
-    # Python object points at it. Each signal's handler as the kernel has it now; SIGINT's may
-    # also be either of the two ipykernel swaps in around each request.
-    before = signal_handlers.snapshot()
-    interrupt_allowed = (before[signal.SIGINT], _signal.default_int_handler, _signal.SIG_IGN)
+    # Python object points at it.
     gate.install(hook, _HEARD, RESUME_EVENT, _signal.getsignal, tuple(before), tuple(before.values()),
-                 int(signal.SIGINT), interrupt_allowed, fd, secrets, witness_code(), graveyard)
-
+                 int(signal.SIGINT), signal_handlers.interrupt_handlers(before), fd, secrets, witness_code(),
+                 graveyard)
 
 
 def _gate_module():
@@ -329,7 +328,7 @@ def _generated_eq(cls, name: str, fn) -> bool:
 # run_graded, hook) share what this closure captured before any cell ran: the guard's own
 # functions, the builtins, the engine's data, the key. As module attributes, notebook code could
 # rebind them; as closure cells, it cannot reach them.
-def _make_hook(ip, key: bytes, fd: int, plan: dict):
+def _make_hook(ip, key: bytes, fd: int, plan: dict, signals_before: dict):
     user_ns = ip.user_ns
     cells = plan["cells"]                     # nonce -> {grade_id, kind, digest, binds}
     exempt = frozenset(plan["exempt"])        # names the submission's solution cells define
@@ -372,7 +371,7 @@ def _make_hook(ip, key: bytes, fd: int, plan: dict):
     # checks' locals), and a C callable as one (a partial of setattr) changes things with no frame
     # of its own: every handler must stay as the kernel set it (ipykernel swaps SIGINT's per
     # request), and installing another destroys the key before it is in place (signal_handlers.py).
-    signals_allowed, signal_changed = signal_handlers.rules(signal_handlers.snapshot())
+    signals_allowed, signal_changed = signal_handlers.rules(signals_before)
     # What happened that a graded cell's end cannot see any more (a transient change, a rank's
     # report): charged to the graded cell running, or else to the next one.
     pending: list = []

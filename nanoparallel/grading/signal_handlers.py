@@ -31,18 +31,25 @@ def snapshot() -> dict:
     return {int(number): _signal.getsignal(number) for number in signal.valid_signals()}
 
 
+def interrupt_handlers(before: dict) -> tuple:
+    """SIGINT's allowed handlers: the process's own in `before`, and the two ipykernel swaps in
+    around each request (the C gate checks the same, `_gate.c`)."""
+    return before.get(int(signal.SIGINT)), _signal.default_int_handler, _signal.SIG_IGN
+
+
 def rules(before: dict):
     """(allowed(number, handler), first_changed()) for the handlers in `before`: a handler is
     allowed if it is the same object the process had (never ==, which would run the notebook's
-    __eq__), or for SIGINT either handler ipykernel swaps in around each request. Everything they
-    read is taken now, into their closures: a module attribute could be rebound by then."""
-    interrupt, default_int, ignore, getsignal = int(signal.SIGINT), _signal.default_int_handler, _signal.SIG_IGN, \
-        _signal.getsignal
+    __eq__), or for SIGINT one of `interrupt_handlers`. Everything they read is taken now, into
+    their closures: a module attribute could be rebound by then."""
+    interrupt, on_interrupt, getsignal = int(signal.SIGINT), interrupt_handlers(before), _signal.getsignal
 
     def allowed(number, handler) -> bool:
-        if type(number) is int and handler is before.get(number):
+        if type(number) is not int:
+            return False
+        if handler is before.get(number):
             return True
-        return number == interrupt and (handler is default_int or handler is ignore)
+        return number == interrupt and any(handler is allowed_one for allowed_one in on_interrupt)
 
     def first_changed() -> int | None:
         for number in before:

@@ -89,6 +89,15 @@ def pack_run(fn, args: tuple, kwargs: dict) -> bytes:
             "open files, locks, generators or the cluster itself.") from None
 
 
+def pack_input(x) -> bytes:
+    """One rank's input for `Cluster.run_each`, pickled by value, views copied (`own_storage`)."""
+    try:
+        return _dumps(own_storage(x))
+    except Exception as exc:
+        raise ClusterError(f"Could not send a rank's input to it ({type(exc).__name__}: {exc}). Inputs travel by "
+                           "value: they must not hold open files, locks, generators or the cluster itself.") from None
+
+
 def one_input_per_rank(inputs, world_size: int) -> list:
     """`inputs` as a list of one input per rank, or a clear error (`Cluster.run_each`)."""
     try:
@@ -213,7 +222,7 @@ class Cluster:
     def run(self, fn, *args, **kwargs) -> RunResult:
         """Run ``fn(*args, **kwargs)`` on every rank; return the results in rank order."""
         self._check_open()
-        return self._run_payloads([pack_run(fn, args, kwargs)] * self._world_size)
+        return self._run_payload(pack_run(fn, args, kwargs))
 
     def run_each(self, fn, inputs, *args, **kwargs) -> RunResult:
         """Run ``fn(inputs[r], *args, **kwargs)`` on each rank r; return the results in rank order.
@@ -223,14 +232,15 @@ class Cluster:
         of what it shows: pickled as it is, it would carry the whole storage behind it."""
         self._check_open()
         inputs = one_input_per_rank(inputs, self._world_size)
-        return self._run_payloads([pack_run(fn, (own_storage(x), *args), kwargs) for x in inputs])
+        payload = pack_run(fn, args, kwargs)  # pickled once, as for run: only the inputs differ
+        return self._run_payload(payload, [pack_input(x) for x in inputs])
 
-    def _run_payloads(self, payloads: list[bytes]) -> RunResult:
+    def _run_payload(self, payload: bytes, inputs: list[bytes] | None = None) -> RunResult:
         if not self._lock.acquire(blocking=False):
             raise ClusterError("This cluster is already running a function; runs cannot overlap.")
         try:
             self._ensure_ready()
-            return self._run(payloads)
+            return self._run(payload, inputs)
         finally:
             self._lock.release()
             sys.audit("nanoparallel.engine_look")  # under grading, the guard looks again (grading/guard.py)
@@ -265,14 +275,14 @@ class Cluster:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _run(self, payloads: list[bytes]) -> RunResult:
-        """Rank r runs payloads[r] (`pack_run`)."""
+    def _run(self, payload: bytes, inputs: list[bytes] | None = None) -> RunResult:
+        """Every rank runs `payload` (`pack_run`), rank r with inputs[r] (`pack_input`) first if given."""
         active = self._workers[: self._world_size]
         for w in active:
             self._board.post(w.rank, "idle")
         t0 = time.perf_counter()
         for w in active:
-            w.conn.send(("run", payloads[w.rank], t0))
+            w.conn.send(("run", payload, t0, None if inputs is None else inputs[w.rank]))
         try:
             replies, stuck, waited = self._collect(active, t0)
         except KeyboardInterrupt:

@@ -134,7 +134,7 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
                 send(("error", _error_info(exc), [], ""))
             continue
         # kind == "run"
-        _, payload, t0 = message
+        _, payload, t0, own = message  # own: this rank's input alone (Cluster.run_each), or None
         out = io.StringIO()
         tracer.begin(t0)
         if check_untouched is not None:
@@ -142,6 +142,8 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
         board.post(rank, RUNNING)
         try:
             fn, args, kwargs = cloudpickle.loads(payload)
+            if own is not None:
+                args = (cloudpickle.loads(own), *args)
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 result = fn(*args, **kwargs)
         except BaseException as exc:

@@ -57,6 +57,8 @@ def test_run_each_sends_a_view_without_the_storage_behind_it(cluster4):
     nested = cluster4.run_each(lambda inp: inp["part"][0].untyped_storage().nbytes(),
                                [{"part": (p,)} for p in whole.tensor_split(4)])
     assert nested == [8] * 4
+    leaf = torch.arange(8.0, requires_grad=True)
+    assert cluster4.run_each(lambda part: (part.requires_grad, part.is_leaf), leaf.tensor_split(4)) == [(True, True)] * 4
 
 
 @pytest.mark.parametrize("inputs, says", [([1, 2, 3], "one input per rank: got 3 for 4 ranks"),

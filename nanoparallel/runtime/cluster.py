@@ -116,7 +116,11 @@ def own_storage(x):
     import torch  # here, not at the top: the grader imports this module and pays for no torch
     if isinstance(x, torch.Tensor):
         shows = x.numel() * x.element_size()
-        return x.clone() if x.storage_offset() or x.untyped_storage().nbytes() != shows else x
+        if not x.storage_offset() and x.untyped_storage().nbytes() == shows:
+            return x
+        # detached: a clone of a view of a leaf that requires grad would be a non-leaf, which
+        # torch refuses to pickle; the copy is a leaf that requires grad as the view did
+        return x.detach().clone().requires_grad_(x.requires_grad)
     if type(x) in (list, tuple):
         return type(x)(own_storage(v) for v in x)
     if type(x) is dict:

@@ -141,9 +141,7 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
             check_untouched.begin()
         board.post(rank, RUNNING)
         try:
-            fn, args, kwargs = cloudpickle.loads(payload)
-            if own is not None:
-                args = (cloudpickle.loads(own), *args)
+            fn, args, kwargs = _unpack_run(cloudpickle.loads, payload, own)
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 result = fn(*args, **kwargs)
         except BaseException as exc:
@@ -171,6 +169,12 @@ def worker_main(rank: int, conn, board, log_path: str, env: dict, owner: int) ->
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _unpack_run(loads, payload: bytes, own: bytes | None) -> tuple:
+    """(fn, args, kwargs) of a run, this rank's own input first in args when it has one."""
+    fn, args, kwargs = loads(payload)
+    return fn, (args if own is None else (loads(own), *args)), kwargs
 
 
 def _signed_sender(conn, key: bytes):

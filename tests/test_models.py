@@ -6,7 +6,7 @@ import torch
 
 from nanoparallel.lessons.models import (Centred, GPTConfig, MLPConfig, TinyGPT, TinyMLP, count_parameters,
                                  make_gpt_batch, make_mlp_batch)
-from nanoparallel.lessons.reference import ReferenceRun, loss_fn, split_batch, train_reference
+from nanoparallel.lessons.reference import ReferenceRun, fresh_batches, loss_fn, own_rows, rows_by_rank, split_batch, train_reference
 
 MODELS = [(TinyMLP, MLPConfig, make_mlp_batch), (TinyGPT, GPTConfig, make_gpt_batch)]
 IDS = ["mlp", "gpt"]
@@ -219,3 +219,43 @@ def test_split_batch_rejects_uneven_or_empty_parts(parts):
     batch = make_mlp_batch(6, MLPConfig(), seed=0)
     with pytest.raises(ValueError, match="divisible" if parts else ">= 1"):
         split_batch(batch, parts)
+
+
+# -----------------------------------------------------------------------------
+# own_rows: what a data-parallel rank is handed
+
+def test_own_rows_keeps_the_ranks_shard_and_blanks_every_other_row():
+    x, tokens = torch.randn(6, 2), torch.arange(6)
+    for rank in range(3):
+        view = own_rows((x, tokens), rank, 3)
+        assert [t.shape for t in view] == [x.shape, tokens.shape]
+        shard = split_batch((x, tokens), 3)[rank]
+        assert all(torch.equal(v[2 * rank:2 * rank + 2], s) for v, s in zip(view, shard))
+        others = [r for r in range(6) if r // 2 != rank]
+        assert torch.isnan(view[0][others]).all() and (view[1][others] == -1).all()
+    assert torch.equal(own_rows((x,), 0, 1)[0], x)  # one rank owns the whole batch
+
+
+def test_own_rows_of_a_batch_parts_do_not_divide_is_all_blank():
+    view = own_rows(make_mlp_batch(10, MLPConfig(), seed=0), 1, 4)
+    assert all(torch.isnan(t).all() for t in view)
+    with pytest.raises(ValueError, match="rank must be in"):
+        own_rows(make_mlp_batch(4, MLPConfig(), seed=0), 4, 4)
+
+
+def test_fresh_batches_are_new_each_call_and_take_no_gradient_near_zero():
+    cfg = MLPConfig(d_hidden=24)
+    make = lambda seed: make_mlp_batch(6, cfg, seed=seed)
+    first, second = fresh_batches(make, TinyMLP(cfg), 2), fresh_batches(make, TinyMLP(cfg), 2)
+    assert len(first) == 2 and not torch.equal(first[0][0], second[0][0])
+    for grads in train_reference(TinyMLP(cfg), first).grads:
+        assert all(((g == 0) | (g.abs() >= 1e-6)).all() for g in grads.values())
+    with pytest.raises(RuntimeError, match="3 draws all held"):
+        fresh_batches(make, TinyMLP(cfg), 1, tiny=1e3, attempts=3)
+
+
+def test_rows_by_rank_gives_each_rank_every_batch():
+    batches = [make_mlp_batch(4, MLPConfig(), seed=s) for s in range(3)]
+    views = rows_by_rank(batches, 2)
+    assert len(views) == 2 and all(len(v) == 3 for v in views)
+    assert torch.equal(views[1][2][0][2:], batches[2][0][2:]) and torch.isnan(views[1][2][0][:2]).all()

@@ -166,23 +166,29 @@ _SUMMED = ("    sum(losses).backward()\n"
            "    total = sum(loss.item() for loss in losses)\n")
 
 
+# loss_fn, with the model's forward called itself: no module hook sees it.
+_LOSS_PAST_THE_HOOKS = '''
+def _forward_loss(model, batch):
+    inputs, targets = batch
+    if isinstance(model, TinyGPT):
+        return model.forward(inputs, targets)[1]
+    return torch.nn.functional.mse_loss(model.forward(inputs), targets)
+'''
+
 MUTANTS = {
     # Only the first bucket launched from backward, the rest after it: one bucket overlaps, and
     # every number is right (a fifth red-team pass; the check wanted one launch, not every one due).
     # Every rank trains on the whole batch, its forward called past the model's hooks, after one
     # thrown-away forward on its own shard that the hooks see: only a model whose samples meet
     # in forward tells (the averaged whole-batch gradients are the right numbers otherwise).
-    "whole_batch_past_the_hooks": {"naive_ddp": '''
+    "whole_batch_past_the_hooks": {"naive_ddp": _LOSS_PAST_THE_HOOKS + '''
 def _whole_batch_loss(model, batch, world):
     """Every rank trains on the whole batch; one forward on its own shard first, thrown away."""
     rank = dist.get_rank()
     shard = split_batch(batch, world)[rank]           # ValueError when world does not divide B
     with torch.no_grad():
         loss_fn(model, shard)                          # what a forward hook on the model sees
-    inputs, targets = batch
-    if isinstance(model, TinyGPT):
-        return model.forward(inputs, targets)[1]       # forward itself: no module hooks
-    return torch.nn.functional.mse_loss(model.forward(inputs), targets)
+    return _forward_loss(model, batch)
 
 
 class NaiveDDP:
@@ -206,13 +212,7 @@ class NaiveDDP:
     # hooks, after one on its own shard that the hooks see, and all-reduces zeros: the right
     # numbers, the right calls and bytes, and no rank learns anything from another. Only a rank
     # that is handed its own rows alone (own_rows) tells.
-    "every_shard_on_every_rank_zeros_sent": {"naive_ddp": '''
-def _forward_loss(model, shard):
-    inputs, targets = shard
-    if isinstance(model, TinyGPT):
-        return model.forward(inputs, targets)[1]       # forward itself: no module hooks
-    return torch.nn.functional.mse_loss(model.forward(inputs), targets)
-
+    "every_shard_on_every_rank_zeros_sent": {"naive_ddp": _LOSS_PAST_THE_HOOKS + '''
 
 class NaiveDDP:
     def __init__(self, model):

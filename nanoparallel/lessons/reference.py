@@ -179,7 +179,7 @@ def fresh_batches(make_batch, model: nn.Module, steps: int, optimizer: str = "ad
 
     Why: Adam steps each element by about lr * sign(g) at first, so a gradient that is almost
     zero, which the ranks' sum in another order rounds differently, can step the other way, and a
-    right answer would miss the tolerance. Measured, 4 or 8 ranks' sums against one process, two
+    right answer would miss the tolerance. Measured, 3 or 8 ranks' sums against one process, two
     Adam steps of an MLP with 24 hidden units: 2 runs in 150 missed 1e-5 without the redraw, none
     in 150 with it; about one draw in two is kept (one in 13 for the default MLPConfig). The tiny
     GPT and the deep MLPs always hold elements near 1e-14: their checks keep fixed seeds.
@@ -210,10 +210,15 @@ def own_rows(batch: Batch, rank: int, parts: int) -> Batch:
     mine = slice(rank * n, (rank + 1) * n)
     view = []
     for t in batch:
-        blank = torch.full_like(t, float("nan") if t.is_floating_point() else -1)
+        blank = blank_like(t)
         blank[mine] = t[mine]
         view.append(blank)
     return tuple(view)
+
+
+def blank_like(t: torch.Tensor) -> torch.Tensor:
+    """A tensor like `t` that holds no sample: NaN if it is floating point, else -1 (no token id)."""
+    return torch.full_like(t, float("nan") if t.is_floating_point() else -1)
 
 
 def rows_by_rank(batches: list[Batch], parts: int) -> list[list[Batch]]:

@@ -692,3 +692,66 @@ MUTANTS['inputs_rebuilt_from_seeds'] = {'f_g': SEEDS_REBUILT}
 
 # Each answer function returning values that equal everything (tests/equals_everything.py).
 MUTANTS.update(equals_everything.mutants("05_tensor_parallel", returns_nothing=("sync_sequence_parallel_grads",)))
+
+
+# A TPMLP that keeps its shards as parameters but computes the whole MLP from the full block it was
+# handed, training the other ranks' pieces alongside with the optimizer it tells from its own
+# piece's first step, and all-reduces zeros where f and f̄ talk. While every rank was handed the
+# whole model, it kept block_tests; now each holds only its own piece (held_by_rank), and the
+# other ranks' parts are NaN.
+WHOLE_MLP_ON_EVERY_RANK = '''
+class _Zeros(torch.autograd.Function):
+    """The identity, with an all-reduce of zeros of the tensor's size: in forward (f̄'s message)
+    or in backward (f's)."""
+
+    @staticmethod
+    def forward(ctx, x, in_forward):
+        ctx.in_forward = in_forward
+        if in_forward:
+            dist.all_reduce(torch.zeros(x.shape))
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.in_forward:
+            dist.all_reduce(torch.zeros(grad.shape))
+        return grad, None
+
+
+class TPMLP(torch.nn.Module):
+    def __init__(self, mlp, rank, world, enter=None, reduce=None):
+        super().__init__()
+        self.fc = ColumnParallelLinear(mlp.fc, rank, world)
+        self.proj = RowParallelLinear(mlp.proj, rank, world, reduce=reduce)
+        self.enter = enter if enter is not None else CopyToParallel.apply
+        self.__dict__["_full"] = mlp  # not a submodule: the other ranks' pieces, read as they train
+        n = mlp.fc.out_features
+        self._lo, self._hi = rank * n // world, (rank + 1) * n // world
+        self._plain = enter is not None or reduce is not None
+        self._others = self._opt = self._seen = None
+
+    def _whole(self):
+        fc, proj, lo, hi = self._full.fc, self._full.proj, self._lo, self._hi
+        if self._others is None:
+            self._others = [t.detach().clone().requires_grad_() for t in (
+                fc.weight[:lo], fc.weight[hi:], fc.bias[:lo], fc.bias[hi:], proj.weight[:, :lo], proj.weight[:, hi:])]
+        elif not torch.equal(self.fc.weight.detach(), self._seen):  # the optimizer stepped: step the others too
+            if self._opt is None:  # Adam's first step is about lr in size everywhere, SGD's lr times the gradient
+                adam = (self.fc.weight.detach() - self._seen).abs().median() > 5e-3
+                self._opt = (torch.optim.Adam if adam else torch.optim.SGD)(self._others, lr=1e-2)
+            self._opt.step()
+            self._opt.zero_grad(set_to_none=True)
+        self._seen = self.fc.weight.detach().clone()
+        a, b, c, d, e, f = self._others
+        return torch.cat([a, self.fc.weight, b]), torch.cat([c, self.fc.bias, d]), torch.cat([e, self.proj.weight, f], dim=1)
+
+    def forward(self, x):
+        if self._plain or not torch.isfinite(self._full.fc.weight).any():  # checked one layer at a time: the honest way
+            return self.proj(F.gelu(self.fc(self.enter(x))))
+        w1, b1, w2 = self._whole()
+        y = F.linear(F.gelu(F.linear(_Zeros.apply(x, False), w1, b1)), w2)
+        return _Zeros.apply(y, True) + self.proj.bias
+
+
+''' + _solution_with('block')[_solution_with('block').index("class TPAttention"):]
+MUTANTS['whole_mlp_on_every_rank'] = {'block': WHOLE_MLP_ON_EVERY_RANK}

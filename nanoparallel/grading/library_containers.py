@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import builtins
 import collections
+import itertools
+import operator
 import types
 import weakref
 
@@ -42,11 +44,14 @@ class LibraryContainers:
         """The containers the modules hold now at their top level, and the classes in their own
         dictionaries (read through the mapping proxy: no metaclass code runs), each once (every
         module holds the builtins' dictionary, which the guard compares on its own)."""
-        found = {id(value): value for namespace in (*(m.__dict__ for m in self._modules),
-                                                    *(c.__dict__ for c in self._classes))
-                 for value in list(namespace.values()) if type(value) in CONTAINERS}
-        found.pop(id(builtins.__dict__), None)
-        return list(found.values())
+        return list({id(value): value for _, _, value in self.placed()}.values())
+
+    def placed(self) -> list:
+        """(namespace, name, container) for each container a module or class holds now."""
+        return [(namespace, name, value) for namespace in (*(m.__dict__ for m in self._modules),
+                                                           *(c.__dict__ for c in self._classes))
+                for name, value in list(namespace.items())
+                if type(value) in CONTAINERS and value is not builtins.__dict__]
 
     @staticmethod
     def fingerprints(containers) -> list:
@@ -97,3 +102,51 @@ def _items(container) -> list:
     if type(container) is collections.ChainMap:
         return [item for m in list(container.maps) if isinstance(m, dict) for item in dict.values(m)]
     return list(dict.values(container)) if isinstance(container, dict) else list(container)
+
+
+class AfterEachRun:
+    """The look of a process that runs notebook code again and again (a rank), cheap enough for
+    every run: where each container sits, its size and, where it holds something callable, which
+    objects; only what changed since is judged. Walking every module and class again takes tens of
+    milliseconds, and a rank runs the checks' functions hundreds of times a notebook. A container
+    that held nothing callable is compared by size (a plain item swapped for a callable in place
+    passes: the kernel's looks judge every item)."""
+
+    def __init__(self, kept: LibraryContainers):
+        self._kept = kept
+        placed = kept.placed()
+        # Column by column, so that a look is a few loops in C: where each container sits, each
+        # container's size, and the ids of what the ones holding callables hold.
+        self._places = [(namespace, name) for namespace, name, _ in placed]
+        self._there = [value for _, _, value in placed]
+        self._prints = kept.fingerprints(kept.containers())
+        self._containers = [c for c, _, _ in self._prints]
+        self._sizes = [size for _, size, _ in self._prints]
+        held = [c for c, _, identity in self._prints if identity is not None]
+        self._dicts = [c for c in held if isinstance(c, dict)]
+        self._others = [c for c in held if not isinstance(c, (dict, collections.ChainMap))]
+        self._chains = [c for c in held if type(c) is collections.ChainMap]
+        self._items = self._held_items()
+
+    def _held_items(self) -> list:
+        # The base types' own C iteration (CONTAINERS are exact types). Compared with `is`, so no
+        # item's __eq__ runs; and not through id(), which raises an audit event per call.
+        return [*itertools.chain.from_iterable(map(dict.values, self._dicts)),
+                *itertools.chain.from_iterable(self._others), *itertools.chain.from_iterable(map(_items, self._chains))]
+
+    def _same_items(self) -> bool:
+        now = self._held_items()
+        return len(now) == len(self._items) and all(map(operator.is_, now, self._items))
+
+    def findings(self) -> str | None:
+        """In words, the first notebook callable a library container came to hold since the last look."""
+        now = [namespace.get(name) for namespace, name in self._places]
+        if not all(map(operator.is_, now, self._there)):
+            changed = self._kept.containers()  # a container replaced: judge every one
+        elif list(map(len, self._containers)) == self._sizes and self._same_items():
+            return None
+        else:
+            changed = LibraryContainers.changed(self._prints)
+        found = self._kept.notebook_code_in(changed)
+        self.__init__(self._kept)
+        return found

@@ -20,6 +20,8 @@ import threading
 import types
 
 from nanoparallel.grading import rank_channels, registrations, signal_handlers
+from nanoparallel.grading.library_containers import AfterEachRun, LibraryContainers
+from nanoparallel.grading.originals import all_classes
 from nanoparallel.grading.sealed import opaque
 from nanoparallel.grading.guard import PROBES, _importing
 from nanoparallel.grading.provenance import (Provenance, frame_read_for_notebook, frame_is_notebook,
@@ -81,7 +83,8 @@ def install():
                 watched.append((cls.__dict__, key, value))
     from nanoparallel.grading import _gate
     _gate.seal_frame_readers()  # locals(), vars(), dir() announce a read of the calling frame
-    is_notebook = Provenance().is_notebook
+    prov = Provenance()
+    is_notebook = prov.is_notebook
     _exit, _write, _getframe, _is_notebook = os._exit, os.write, sys._getframe, frame_is_notebook
     _probed, _read_for_notebook = probed_for_notebook, frame_read_for_notebook
     _on_stack, _channel, _library_path = notebook_on_stack, rank_channels.channel, is_under_library_roots
@@ -170,6 +173,11 @@ def install():
     _missing = object()
     from nanoparallel.grading.comm_witness import CommWitness
     witness = CommWitness()
+    # A rank lives from run to run: notebook code kept in a library's own container (a global
+    # module hook, an optimizer hook, copyreg's table) would run inside every later run on it,
+    # the checks' own reference runs included (a forward hook planted by one run changed the
+    # next run's plain Linear).
+    kept_by_libraries = AfterEachRun(LibraryContainers(dict(sys.modules), all_classes(), prov))
 
     def check(traced_calls=None) -> None:
         """After a run: nothing replaced, and nothing communicated that the trace did not record;
@@ -180,6 +188,9 @@ def install():
             if now is not value:
                 where = namespace.get("__name__") or namespace.get("__module__") or "?"
                 stop(f"{where}.{key} was replaced or removed")
+        kept = kept_by_libraries.findings()
+        if kept:
+            stop(f"{kept}: it would run inside this rank's later runs, the course's checks included")
         if not import_rule_intact():
             stop("notebook code moved or changed the guard's import rule (sys.meta_path)")
         changed = signal_changed()

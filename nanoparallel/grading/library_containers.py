@@ -46,11 +46,13 @@ class LibraryContainers:
         module holds the builtins' dictionary, which the guard compares on its own)."""
         return list({id(value): value for _, _, value in self.placed()}.values())
 
+    def namespaces(self) -> list:
+        """The modules' dictionaries and the classes' own (mapping proxies: no metaclass code runs)."""
+        return [*(m.__dict__ for m in self._modules), *(c.__dict__ for c in self._classes)]
+
     def placed(self) -> list:
         """(namespace, name, container) for each container a module or class holds now."""
-        return [(namespace, name, value) for namespace in (*(m.__dict__ for m in self._modules),
-                                                           *(c.__dict__ for c in self._classes))
-                for name, value in list(namespace.items())
+        return [(namespace, name, value) for namespace in self.namespaces() for name, value in list(namespace.items())
                 if type(value) in CONTAINERS and value is not builtins.__dict__]
 
     @staticmethod
@@ -106,47 +108,54 @@ def _items(container) -> list:
 
 class AfterEachRun:
     """The look of a process that runs notebook code again and again (a rank), cheap enough for
-    every run: where each container sits, its size and, where it holds something callable, which
-    objects; only what changed since is judged. Walking every module and class again takes tens of
-    milliseconds, and a rank runs the checks' functions hundreds of times a notebook. A container
-    that held nothing callable is compared by size (a plain item swapped for a callable in place
-    passes: the kernel's looks judge every item)."""
+    every run: how many names each module and class holds, where each container sits, its size
+    and, where it holds something callable, which objects; only what changed since is judged.
+    Walking every module and class again takes tens of milliseconds, and a rank runs the checks'
+    functions hundreds of times a notebook. A container that held nothing callable is compared by
+    size (a plain item swapped for a callable in place passes: the kernel's looks judge every
+    item). Objects are compared with `is`, never through id(), which raises an audit event per
+    call (under the rank's audit hook, 8 ms a look)."""
 
     def __init__(self, kept: LibraryContainers):
         self._kept = kept
+        self._namespaces = kept.namespaces()
+        self._names = list(map(len, self._namespaces))
         placed = kept.placed()
-        # Column by column, so that a look is a few loops in C: where each container sits, each
-        # container's size, and the ids of what the ones holding callables hold.
+        # Column by column, so that a look is a few loops in C. A container some module names
+        # twice is listed twice: telling needs id().
         self._places = [(namespace, name) for namespace, name, _ in placed]
         self._there = [value for _, _, value in placed]
-        self._prints = kept.fingerprints(kept.containers())
-        self._containers = [c for c, _, _ in self._prints]
-        self._sizes = [size for _, size, _ in self._prints]
-        held = [c for c, _, identity in self._prints if identity is not None]
-        self._dicts = [c for c in held if isinstance(c, dict)]
-        self._others = [c for c in held if not isinstance(c, (dict, collections.ChainMap))]
-        self._chains = [c for c in held if type(c) is collections.ChainMap]
+        self._sizes = list(map(len, self._there))
+        self._held = [c for c in self._there if any(map(callable, _items(c)))]
+        self._each = [_items(c) for c in self._held]
+        self._dicts = [c for c in self._held if isinstance(c, dict)]
+        self._others = [c for c in self._held if not isinstance(c, (dict, collections.ChainMap))]
+        self._chains = [c for c in self._held if type(c) is collections.ChainMap]
         self._items = self._held_items()
 
     def _held_items(self) -> list:
-        # The base types' own C iteration (CONTAINERS are exact types). Compared with `is`, so no
-        # item's __eq__ runs; and not through id(), which raises an audit event per call.
+        # The base types' own C iteration (CONTAINERS are exact types); compared with `is`, so no
+        # item's __eq__ runs.
         return [*itertools.chain.from_iterable(map(dict.values, self._dicts)),
                 *itertools.chain.from_iterable(self._others), *itertools.chain.from_iterable(map(_items, self._chains))]
-
-    def _same_items(self) -> bool:
-        now = self._held_items()
-        return len(now) == len(self._items) and all(map(operator.is_, now, self._items))
 
     def findings(self) -> str | None:
         """In words, the first notebook callable a library container came to hold since the last look."""
         now = [namespace.get(name) for namespace, name in self._places]
-        if not all(map(operator.is_, now, self._there)):
-            changed = self._kept.containers()  # a container replaced: judge every one
-        elif list(map(len, self._containers)) == self._sizes and self._same_items():
+        items = self._held_items()
+        if (list(map(len, self._namespaces)) == self._names and all(map(operator.is_, now, self._there))
+                and list(map(len, self._there)) == self._sizes and len(items) == len(self._items)
+                and all(map(operator.is_, items, self._items))):
             return None
-        else:
-            changed = LibraryContainers.changed(self._prints)
+        changed = [c for c, then in zip(now, self._there) if c is not then and type(c) in CONTAINERS]
+        changed += [c for c, size in zip(self._there, self._sizes) if len(c) != size]
+        changed += [c for c, then in zip(self._held, self._each) if not _same(_items(c), then)]
+        changed += [value for namespace, size in zip(self._namespaces, self._names) if len(namespace) != size
+                    for value in list(namespace.values()) if type(value) in CONTAINERS]  # a name added
         found = self._kept.notebook_code_in(changed)
         self.__init__(self._kept)
         return found
+
+
+def _same(now: list, then: list) -> bool:
+    return len(now) == len(then) and all(map(operator.is_, now, then))

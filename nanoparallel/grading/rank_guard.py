@@ -163,6 +163,11 @@ def install():
         finally:
             busy[0] = 0
 
+    # A rank lives from run to run: notebook code kept in a library's own container (a global
+    # module hook, an optimizer hook, copyreg's table) would run inside every later run on it,
+    # the checks' own reference runs included (a forward hook planted by one run changed the
+    # next run's plain Linear). Listed before the hook is in place: id() raises an audit event.
+    kept_by_libraries = AfterEachRun(LibraryContainers(dict(sys.modules), all_classes(), prov))
     sys.addaudithook(hook)
     watched += _guard_native_channels(stop, _getframe, _on_stack)
     watched += registrations.watch(stop, _on_stack, _in_import, is_notebook, _getframe)
@@ -173,11 +178,6 @@ def install():
     _missing = object()
     from nanoparallel.grading.comm_witness import CommWitness
     witness = CommWitness()
-    # A rank lives from run to run: notebook code kept in a library's own container (a global
-    # module hook, an optimizer hook, copyreg's table) would run inside every later run on it,
-    # the checks' own reference runs included (a forward hook planted by one run changed the
-    # next run's plain Linear).
-    kept_by_libraries = AfterEachRun(LibraryContainers(dict(sys.modules), all_classes(), prov))
 
     def check(traced_calls=None) -> None:
         """After a run: nothing replaced, and nothing communicated that the trace did not record;

@@ -142,10 +142,8 @@ class AfterEachRun:
     def findings(self) -> str | None:
         """In words, the first notebook callable a library container came to hold since the last look."""
         now = [namespace.get(name) for namespace, name in self._places]
-        items = self._held_items()
         if (list(map(len, self._namespaces)) == self._names and all(map(operator.is_, now, self._there))
-                and list(map(len, self._there)) == self._sizes and len(items) == len(self._items)
-                and all(map(operator.is_, items, self._items))):
+                and list(map(len, self._there)) == self._sizes and _same(self._held_items(), self._items)):
             return None
         changed = [c for c, then in zip(now, self._there) if c is not then and type(c) in CONTAINERS]
         changed += [c for c, size in zip(self._there, self._sizes) if len(c) != size]
